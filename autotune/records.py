@@ -1,0 +1,72 @@
+"""Plain values that flow from the GPU worker to the database and reports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """Everything about the machine that can change a measurement."""
+
+    gpu_key: str  # "h200"; "unknown" when the device matches no spec
+    gpu_name: str  # as the device reports it, "NVIDIA H200"
+    arch: str  # "sm_90"
+    driver: str  # "580.159.04"
+    cuda_runtime: str  # "13.0"
+    nvrtc: str  # "13.0"
+    cupy: str  # "14.2.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Kernel times of repeated launches, each bracketed by its own events."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    q25_ms: float
+    q75_ms: float
+    samples_ms: tuple[float, ...]
+
+    @property
+    def spread(self) -> float:
+        """Inter-quartile range over the median."""
+        return (self.q75_ms - self.q25_ms) / self.median_ms if self.median_ms > 0 else float("inf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What ptxas reported for a compiled kernel."""
+
+    registers: int
+    smem_static: int  # bytes of static shared memory
+    smem_dynamic: int  # bytes requested at launch
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
+
+    @property
+    def smem_total(self) -> int:
+        return self.smem_static + self.smem_dynamic
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One verified, timed run of a kernel (a candidate or the cuBLAS reference)."""
+
+    timing: Timing
+    tflops: float
+    max_error: float  # worst |out - ref| / tolerance bound over all elements (<= 1 passes)
+    sm_clock_mhz: int | None = None
+    throttle_reasons: int | None = None  # NVML clock-event reasons bit mask
+    temperature_c: int | None = None
+    resources: Resources | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A candidate that produced no valid measurement, and why."""
+
+    failure_class: str  # a FailureClass value
+    message: str
