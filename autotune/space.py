@@ -1,8 +1,43 @@
-"""Search spaces: knobs and their values, static rules, and Config values."""
+"""Search spaces: knobs and their values, derived values, static rules, Config values.
+
+A space file (``search_spaces/<family>.toml``) declares a kernel family as data:
+
+* ``[knobs]``: each knob's candidate values, in a fixed order;
+* ``[derived]``: named integer expressions over the knobs (threads, warp tile,
+  shared-memory bytes, ...), evaluated in order;
+* ``[[rules]]``: ``require`` expressions that must hold, each with a ``reason``
+  format string naming the values that broke it;
+* ``[launch]``: block size, grid and dynamic shared memory as expressions;
+* ``[[seeds]]``: known-good configs a search tries first.
+
+Expressions are a small safe subset of Python (arithmetic, comparisons,
+``and``/``or``/``not``, conditional expressions, ``min``/``max``/``cdiv``) over
+the knob and derived names, ``gpu`` (a :class:`~autotune.gpus.GpuSpec`) and
+``problem`` (a :class:`~autotune.problem.GemmProblem`).
+
+The shared-memory rule is built in: a config may use more than the GPU's
+default per-block limit (48 KB) only when it opts in to dynamic shared memory
+(``launch.opt_in``), and never more than the opt-in maximum.
+"""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import hashlib
+import itertools
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autotune.data_files import data_dir
+from autotune.errors import InputError, SpaceError
+from autotune.gpus import GpuSpec
+from autotune.problem import GemmProblem
+
+KB = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,3 +59,208 @@ class Config:
 
     def __getitem__(self, knob: str) -> int:
         return self.as_dict()[knob]
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How to launch one config on one problem."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int  # bytes passed at launch (0 for static shared memory)
+    opt_in: bool  # whether the kernel raises its dynamic shared-memory limit
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The static check of one config: its derived values, and why it is rejected (or None)."""
+
+    config: Config
+    values: dict[str, int]  # knobs and derived values
+    reason: str | None
+
+    @property
+    def feasible(self) -> bool:
+        return self.reason is None
+
+
+class _Expression:
+    """A whitelisted Python expression compiled once, evaluated many times."""
+
+    _ALLOWED = (
+        ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Call,
+        ast.Name, ast.Load, ast.Attribute, ast.Constant,
+        ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd,
+        ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
+        ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
+    )
+    FUNCTIONS = {"min": min, "max": max, "cdiv": lambda a, b: -(-a // b)}
+
+    def __init__(self, text: str, where: str):
+        try:
+            tree = ast.parse(str(text), mode="eval")
+        except SyntaxError as error:
+            raise SpaceError(f"{where}: cannot parse {text!r}: {error.msg}") from None
+        for node in ast.walk(tree):
+            if not isinstance(node, self._ALLOWED):
+                raise SpaceError(f"{where}: {type(node).__name__} is not allowed in {text!r}")
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                raise SpaceError(f"{where}: private attribute in {text!r}")
+            if isinstance(node, ast.Call) and not (
+                isinstance(node.func, ast.Name) and node.func.id in self.FUNCTIONS
+            ):
+                raise SpaceError(f"{where}: only {', '.join(self.FUNCTIONS)} may be called in {text!r}")
+        self.text = text
+        self.where = where
+        self._code = compile(tree, where, "eval")
+
+    def __call__(self, names: dict[str, Any]) -> Any:
+        try:
+            return eval(self._code, {"__builtins__": {}, **self.FUNCTIONS}, names)  # noqa: S307 - whitelisted AST
+        except ZeroDivisionError:
+            return None
+        except (NameError, AttributeError, TypeError) as error:
+            raise SpaceError(f"{self.where}: {self.text!r}: {error}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    require: _Expression
+    reason: str
+
+
+class SearchSpace:
+    """A kernel family's knobs, rules and launch geometry, loaded from a TOML file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            text = self.path.read_text()
+            data = tomllib.loads(text)
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise SpaceError(f"cannot read search space {self.path}: {error}") from None
+        self.source_text = text
+        where = self.path.name
+        try:
+            self.family: str = data["family"]
+            self.dtype: str = data["dtype"]
+            self.template: str = data["template"]
+            self.description: str = data.get("description", "")
+            self.knobs: dict[str, tuple[int, ...]] = {
+                name: tuple(int(v) for v in values) for name, values in data["knobs"].items()
+            }
+            self.derived = {
+                name: _Expression(expr, f"{where} [derived] {name}") for name, expr in data.get("derived", {}).items()
+            }
+            self.rules = [
+                _Rule(_Expression(rule["require"], f"{where} rule"), rule["reason"]) for rule in data.get("rules", [])
+            ]
+            launch = data["launch"]
+            self._launch = {key: _Expression(launch[key], f"{where} [launch] {key}") for key in
+                            ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")}
+            self.seeds = [self.config(seed) for seed in data.get("seeds", [])]
+        except KeyError as error:
+            raise SpaceError(f"{where}: missing {error}") from None
+
+    # -- configs ---------------------------------------------------------------
+
+    def config(self, values: dict[str, int]) -> Config:
+        """The Config for knob values (every knob, each one of its listed values)."""
+        unknown = set(values) - set(self.knobs)
+        if unknown:
+            raise InputError("knob", sorted(unknown)[0], ", ".join(self.knobs))
+        params = []
+        for knob, choices in self.knobs.items():
+            if knob not in values:
+                raise InputError(f"{self.family} config", values, f"a value for every knob ({', '.join(self.knobs)})")
+            value = int(values[knob])
+            if value not in choices:
+                raise InputError(knob, value, ", ".join(map(str, choices)))
+            params.append((knob, value))
+        return Config(self.family, tuple(params))
+
+    def __iter__(self) -> Iterator[Config]:
+        """Every combination of knob values, in a deterministic order."""
+        names = list(self.knobs)
+        for combo in itertools.product(*self.knobs.values()):
+            yield Config(self.family, tuple(zip(names, combo)))
+
+    @property
+    def size(self) -> int:
+        return functools.reduce(lambda a, b: a * len(b), self.knobs.values(), 1)
+
+    @property
+    def template_hash(self) -> str:
+        """Hash of the template and this space file: part of every result's key."""
+        template = (data_dir("templates") / self.template).read_text()
+        return hashlib.sha256((template + "\0" + self.source_text).encode()).hexdigest()[:16]
+
+    # -- rules -----------------------------------------------------------------
+
+    def values(self, config: Config, gpu: GpuSpec, problem: GemmProblem | None = None) -> dict[str, Any]:
+        """Knob values plus derived values (None where a derivation divides by zero)."""
+        names: dict[str, Any] = {"gpu": gpu, "problem": problem, **config.as_dict()}
+        for name, expression in self.derived.items():
+            names[name] = expression(names)
+        return names
+
+    def check(self, config: Config, gpu: GpuSpec, problem: GemmProblem | None = None) -> Verdict:
+        """Apply the static rules and the shared-memory rule; say why a config is rejected."""
+        names = self.values(config, gpu, problem)
+        plain = {k: v for k, v in names.items() if k not in ("gpu", "problem")}
+        for rule in self.rules:
+            if not rule.require(names):
+                return Verdict(config, plain, self._format(rule.reason, names))
+        smem = self._launch["smem_bytes"](names)
+        opt_in = bool(self._launch["opt_in"](names))
+        if not opt_in and smem > gpu.smem_per_block:
+            reason = f"smem {smem / KB:.1f} KB > {gpu.smem_per_block // KB} KB ({gpu.key})"
+            return Verdict(config, plain, reason)
+        if opt_in and smem > gpu.smem_per_block_optin:
+            reason = f"smem {smem / KB:.1f} KB > {gpu.smem_per_block_optin // KB} KB opt-in maximum ({gpu.key})"
+            return Verdict(config, plain, reason)
+        return Verdict(config, plain, None)
+
+    def launch(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> Launch:
+        """Grid, block and dynamic shared memory for ``config`` on ``problem``."""
+        names = self.values(config, gpu, problem)
+        get = lambda key: self._launch[key](names)  # noqa: E731
+        return Launch(
+            grid=(int(get("grid_x")), int(get("grid_y")), 1),
+            block=(int(get("block")), 1, 1),
+            dynamic_smem=int(get("dynamic_smem")),
+            opt_in=bool(get("opt_in")),
+        )
+
+    def feasible(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Config]:
+        """Configs that pass every static rule on ``gpu``."""
+        return (verdict.config for verdict in self.verdicts(gpu, problem) if verdict.feasible)
+
+    def verdicts(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Verdict]:
+        return (self.check(config, gpu, problem) for config in self)
+
+    @staticmethod
+    def _format(reason: str, names: dict[str, Any]) -> str:
+        try:
+            return reason.format_map(names)
+        except (KeyError, AttributeError, IndexError, ValueError):
+            return reason
+
+
+def space_path(family: str) -> Path:
+    return data_dir("search_spaces") / f"{family}.toml"
+
+
+@functools.cache
+def load_space(family: str) -> SearchSpace:
+    """The space of a kernel family, e.g. ``"sgemm"``."""
+    path = space_path(family)
+    if not path.exists():
+        choices = ", ".join(sorted(p.stem for p in data_dir("search_spaces").glob("*.toml")))
+        raise InputError("family", family, choices)
+    return SearchSpace(path)
+
+
+def families_for_dtype(dtype: str) -> list[str]:
+    """Kernel families whose space file declares ``dtype``."""
+    return sorted(p.stem for p in data_dir("search_spaces").glob("*.toml") if load_space(p.stem).dtype == dtype)

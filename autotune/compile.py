@@ -1,0 +1,181 @@
+"""Compile kernel source to a cubin with NVRTC for a named arch; no GPU needed.
+
+NVRTC comes from pip (``nvidia-cuda-nvrtc``) through CuPy's low-level bindings,
+which work with no driver. ptxas's verbose report gives registers, shared
+memory, stack frame and spills. Cubins (SASS for the exact arch, never PTX)
+are cached on disk by source hash, arch, NVRTC version and options.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from autotune.errors import CompilerError
+from autotune.records import Resources
+from autotune.render import KernelSource
+
+OPTIONS = ("-std=c++17", "--ptxas-options=-v")
+
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernel:
+    """A cubin and what ptxas said about it."""
+
+    entry: str
+    arch: str
+    cubin: bytes
+    resources: Resources
+    log: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileFailure:
+    """NVRTC refused the source; ``message`` is its first error line."""
+
+    entry: str
+    message: str
+    log: str
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError as error:  # cupy missing or without its NVRTC bindings
+        raise CompilerError(f"NVRTC is not available ({error}); install autotune's dependencies") from None
+    return nvrtc
+
+
+@functools.cache
+def nvrtc_version() -> str:
+    """The NVRTC version as ``"13.0"``; raises CompilerError when NVRTC cannot be loaded."""
+    try:
+        major, minor = _nvrtc().getVersion()
+    except Exception as error:  # the shared library failed to load
+        raise CompilerError(f"cannot load NVRTC: {error}; install nvidia-cuda-nvrtc") from None
+    return f"{major}.{minor}"
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """CUDA header directories: pip's nvidia packages first, then a system toolkit."""
+    found = []
+    for root in map(Path, sys.path):
+        for sub in ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cuda_nvcc/include"):
+            if (root / sub / "cuda_fp16.h").exists():
+                found.append(str(root / sub))
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            found.append(str(Path(os.environ[env]) / "include"))
+    found.append("/usr/local/cuda/include")
+    return tuple(dict.fromkeys(d for d in found if Path(d, "cuda_fp16.h").exists()))
+
+
+def cache_dir() -> Path:
+    """``$AUTOTUNE_CACHE`` or ``$XDG_CACHE_HOME/autotune`` (``~/.cache/autotune``)."""
+    if os.environ.get("AUTOTUNE_CACHE"):
+        return Path(os.environ["AUTOTUNE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autotune"
+
+
+def parse_resources(log: str, dynamic_smem: int = 0) -> Resources:
+    """Read registers, static smem, stack frame and spills from a ptxas ``-v`` log."""
+    registers = _REGISTERS.search(log)
+    smem = _SMEM.search(log)
+    spills = _SPILLS.search(log)
+    if not registers:
+        raise CompilerError("ptxas reported no register count (was --ptxas-options=-v passed?)")
+    return Resources(
+        registers=int(registers.group(1)),
+        smem_static=int(smem.group(1)) if smem else 0,
+        smem_dynamic=dynamic_smem,
+        stack_frame=int(spills.group(1)) if spills else 0,
+        spill_stores=int(spills.group(2)) if spills else 0,
+        spill_loads=int(spills.group(3)) if spills else 0,
+    )
+
+
+def _cache_key(source: KernelSource, arch: str) -> str:
+    text = "\0".join([source.code, arch, nvrtc_version(), *OPTIONS])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compile_kernel(source: KernelSource, arch: str, use_cache: bool = True) -> CompiledKernel | CompileFailure:
+    """Compile ``source`` for ``arch`` (``"sm_90"``), from the disk cache when possible."""
+    key = _cache_key(source, arch)
+    cubin_path = cache_dir() / "cubins" / f"{key}.cubin"
+    meta_path = cubin_path.with_suffix(".json")
+    if use_cache and cubin_path.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        return CompiledKernel(source.entry, arch, cubin_path.read_bytes(), Resources(**meta["resources"]), meta["log"])
+
+    nvrtc = _nvrtc()
+    program = nvrtc.createProgram(source.code, f"{source.entry}.cu", [], [])
+    options = [f"--gpu-architecture={arch}", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError:
+            log = nvrtc.getProgramLog(program)
+            first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
+            return CompileFailure(source.entry, first.strip(), log)
+        log = nvrtc.getProgramLog(program)
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+
+    compiled = CompiledKernel(source.entry, arch, cubin, parse_resources(log), log)
+    if use_cache:
+        _store(cubin_path, meta_path, compiled)
+    return compiled
+
+
+def _store(cubin_path: Path, meta_path: Path, compiled: CompiledKernel) -> None:
+    cubin_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(compiled.cubin)
+    tmp.replace(cubin_path)
+    meta = {"resources": dataclasses.asdict(compiled.resources), "log": compiled.log}
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(meta_path)
+
+
+class CompilePool:
+    """Compile many kernels in parallel CPU processes (NVRTC is single-threaded per program)."""
+
+    def __init__(self, jobs: int | None = None):
+        self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
+        self._executor = concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
+        )
+
+    def submit(self, source: KernelSource, arch: str) -> concurrent.futures.Future:
+        return self._executor.submit(compile_kernel, source, arch)
+
+    def map(self, sources: Iterable[KernelSource], arch: str) -> Iterator[CompiledKernel | CompileFailure]:
+        """Compile in parallel; results come back in the order of ``sources``."""
+        futures = [self.submit(source, arch) for source in sources]
+        for future in futures:
+            yield future.result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,20 @@
+"""Where the kernel templates and search-space files live.
+
+They sit at the top of the source tree (``templates/``, ``search_spaces/``) and
+are installed inside the package (``autotune/templates/``, ...) by a wheel:
+one source of truth, found in either place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def data_dir(name: str) -> Path:
+    """The directory ``templates`` or ``search_spaces``, installed or in the source tree."""
+    for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"autotune data directory {name!r} not found next to {_PACKAGE}")
