@@ -1,0 +1,83 @@
+"""Render and NVRTC-compile real configs offline; no GPU involved."""
+
+import pytest
+
+from autotune.check import resource_violation
+from autotune.compile import CompileFailure, compile_kernel, parse_resources
+from autotune.gpus import gpu_spec
+from autotune.records import Resources
+from autotune.render import KernelSource, render
+from autotune.space import load_space
+
+LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 49152 bytes smem, 396 bytes cmem[0]
+"""
+
+
+def test_parse_resources_reads_ptxas_report():
+    r = parse_resources(LOG, dynamic_smem=1024)
+    assert r == Resources(registers=128, smem_static=49152, smem_dynamic=1024, spill_stores=8, spill_loads=12,
+                          stack_frame=16)
+    assert r.smem_total == 50176
+
+
+@pytest.mark.parametrize("gpu", ["t4", "a100", "h200"])
+def test_seeds_compile_without_spills_and_smem_matches_estimate(gpu):
+    spec = gpu_spec(gpu)
+    space = load_space("sgemm")
+    for seed in space.seeds:
+        if not space.check(seed, spec).feasible:
+            continue
+        source = render(space, seed, spec)
+        assert f"{seed.name}(" in source.code
+        compiled = compile_kernel(source, spec.sm)
+        assert not isinstance(compiled, CompileFailure), compiled
+        res = compiled.resources
+        assert 32 < res.registers <= 255
+        assert res.smem_static == space.values(seed, spec)["SMEM_BYTES"]
+        launch_threads = space.values(seed, spec)["THREADS"]
+        assert resource_violation(res, launch_threads, spec, opt_in=False) is None
+        assert compiled.cubin[:4] == b"\x7fELF"
+
+
+def test_opt_in_kernel_uses_dynamic_smem():
+    spec = gpu_spec("h200")
+    space = load_space("sgemm")
+    config = space.config({**space.seeds[1].as_dict(), "BK": 32, "STAGES": 3, "SMEM_OPT_IN": 1})
+    assert space.check(config, spec).feasible
+    compiled = compile_kernel(render(space, config, spec), spec.sm)
+    assert compiled.resources.smem_static == 0  # all of it is dynamic
+    assert space.values(config, spec)["SMEM_BYTES"] > 48 * 1024
+
+
+def test_compile_error_is_reported_not_raised():
+    result = compile_kernel(KernelSource("broken", 'extern "C" __global__ void broken() { int x = ; }', "h"),
+                            "sm_90")
+    assert isinstance(result, CompileFailure)
+    assert "error" in result.message
+
+
+def test_cache_returns_the_same_cubin(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    space, spec = load_space("sgemm"), gpu_spec("h200")
+    source = render(space, space.seeds[2], spec)
+    first = compile_kernel(source, spec.sm)
+    assert list(tmp_path.glob("cubins/*.cubin"))
+    second = compile_kernel(source, spec.sm)
+    assert second.cubin == first.cubin and second.resources == first.resources
+
+
+def test_resource_violations():
+    spec = gpu_spec("t4")
+    fits = Resources(registers=128, smem_static=16384, smem_dynamic=0, spill_stores=0, spill_loads=0,
+                     stack_frame=0)
+    assert resource_violation(fits, 256, spec, opt_in=False) is None
+    assert "65536" in resource_violation(fits, 1024, spec, opt_in=False)
+    spills = Resources(64, 0, 0, 4, 4, 8)
+    assert resource_violation(spills, 128, spec, opt_in=False).startswith("spills")
+    big = Resources(64, 0, 60 * 1024, 0, 0, 0)
+    assert resource_violation(big, 128, spec, opt_in=False) == "ptxas smem 60.0 KB > 48 KB (t4)"
+    assert resource_violation(big, 128, spec, opt_in=True) is None

@@ -1,0 +1,91 @@
+"""SGEMM kernels verified on a real GPU against cuBLAS, at shapes that are not tile multiples."""
+
+import random
+
+import pytest
+
+from autotune.check import resource_violation
+from autotune.compile import CompileFailure, CompilePool
+from autotune.errors import FailureClass
+from autotune.problem import GemmProblem
+from autotune.records import Failure, Measurement
+from autotune.render import render
+from autotune.space import load_space
+
+pytestmark = pytest.mark.gpu
+
+ODD_SHAPES = [
+    (1, 1, 1), (17, 33, 65), (127, 65, 33), (33, 257, 129), (4097, 129, 31), (129, 4095, 7),
+    (64, 64, 64), (255, 255, 1), (3, 1000, 17), (1000, 3, 300), (513, 511, 1025),
+]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from autotune.worker import GpuWorker
+
+    with GpuWorker() as w:
+        yield w
+
+
+def _sample_configs(space, gpu, count, seed=0):
+    feasible = list(space.feasible(gpu))
+    rng = random.Random(seed)
+    return list(space.seeds) + rng.sample(feasible, count)
+
+
+def _run_all(worker, space, gpu, configs, problems):
+    from autotune.worker import KernelTask
+
+    outcomes = []
+    with CompilePool() as pool:
+        compiled = list(pool.map((render(space, c, gpu) for c in configs), gpu.sm))
+    for config, kernel in zip(configs, compiled):
+        assert not isinstance(kernel, CompileFailure), kernel
+        for problem in problems:
+            launch = space.launch(config, gpu, problem)
+            if resource_violation(kernel.resources, launch.block[0], gpu, launch.opt_in):
+                continue
+            task = KernelTask(cubin=kernel.cubin, entry=kernel.entry, grid=launch.grid, block=launch.block,
+                              dynamic_smem=launch.dynamic_smem, problem=problem, seed=1, warmup=1, repeats=3,
+                              resources=kernel.resources)
+            outcomes.append((config.name, problem.shape, problem.beta, worker.run(task, timeout_s=60)))
+    return outcomes
+
+
+def test_sampled_sgemm_configs_verify_at_odd_shapes(worker):
+    from autotune.gpus import GPUS
+
+    env = worker.environment()
+    gpu = GPUS[env.gpu_key]
+    space = load_space("sgemm")
+    configs = _sample_configs(space, gpu, 24)
+    problems = [GemmProblem(m, n, k, "f32", beta=beta) for (m, n, k) in ODD_SHAPES for beta in (0.0,)]
+    problems.append(GemmProblem(300, 200, 100, "f32", alpha=-1.5, beta=0.75))
+    outcomes = _run_all(worker, space, gpu, configs, problems)
+    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
+    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    assert len(outcomes) >= 20 * len(problems)
+
+
+def test_wrong_kernel_is_caught(worker):
+    """A config that skips the last partial k-tile must fail verification at K % BK != 0."""
+    from autotune.compile import compile_kernel
+    from autotune.gpus import GPUS
+    from autotune.render import KernelSource
+    from autotune.worker import KernelTask
+
+    env = worker.environment()
+    gpu = GPUS[env.gpu_key]
+    space = load_space("sgemm")
+    seed = space.seeds[0]
+    source = render(space, seed, gpu)
+    broken = source.code.replace("const int k_tiles = (K + BK - 1) / BK;", "const int k_tiles = K / BK;")
+    assert broken != source.code
+    kernel = compile_kernel(KernelSource(source.entry, broken, "broken"), gpu.sm)
+    problem = GemmProblem(256, 256, 100, "f32")
+    launch = space.launch(seed, gpu, problem)
+    task = KernelTask(cubin=kernel.cubin, entry=kernel.entry, grid=launch.grid, block=launch.block,
+                      dynamic_smem=0, problem=problem, seed=1, warmup=1, repeats=3, resources=kernel.resources)
+    outcome = worker.run(task, timeout_s=60)
+    assert isinstance(outcome, Failure) and outcome.failure_class == FailureClass.WRONG_ANSWER.value

@@ -1,0 +1,60 @@
+import pytest
+
+from autotune.errors import InputError
+from autotune.gpus import GPUS, gpu_spec, spec_for_device
+from autotune.problem import GemmProblem, make_problem, parse_shape
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4096", (4096, 4096, 4096)),
+    ("17x33x65", (17, 33, 65)),
+    (" 128X64x32 ", (128, 64, 32)),
+    ("1", (1, 1, 1)),
+])
+def test_parse_shape(text, expected):
+    assert parse_shape(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "4096x4096", "12x", "axbxc", "", "1x0x3", "4096.0"])
+def test_bad_shapes_name_the_value(text):
+    with pytest.raises(InputError) as info:
+        parse_shape(text)
+    assert repr(text) in str(info.value)
+    assert "MxNxK" in str(info.value)
+
+
+def test_problem_flops_and_dtype():
+    problem = make_problem("2x3x4", "f32")
+    assert problem.flops == 48
+    assert problem.tflops(1.0) == pytest.approx(48 / 1e-3 / 1e12)
+    with pytest.raises(InputError, match="f64.*f32 or f16"):
+        make_problem("4096", "f64")
+    with pytest.raises(InputError):
+        GemmProblem(0, 1, 1)
+
+
+def test_gpu_lookup_lists_choices():
+    assert gpu_spec("H200").arch == 90
+    with pytest.raises(InputError) as info:
+        gpu_spec("v100")
+    assert "'v100'" in str(info.value) and "t4" in str(info.value) and "auto" in str(info.value)
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("Tesla T4", "t4"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 3090", "rtx3090"), ("NVIDIA L4", "l4"),
+])
+def test_device_names_match_specs(name, key):
+    assert spec_for_device(name).key == key
+
+
+def test_unknown_devices_do_not_match():
+    assert spec_for_device("NVIDIA L40S") is None
+    assert spec_for_device("NVIDIA GeForce RTX 4090") is None
+
+
+def test_spec_limits_are_consistent():
+    for spec in GPUS.values():
+        assert spec.smem_per_block == 48 * 1024
+        assert spec.smem_per_block < spec.smem_per_block_optin <= spec.smem_per_sm
+    assert not GPUS["t4"].has_cp_async and GPUS["a100"].has_cp_async

@@ -1,0 +1,104 @@
+import pytest
+
+from autotune.errors import InputError, SpaceError
+from autotune.gpus import gpu_spec
+from autotune.problem import make_problem
+from autotune.space import SearchSpace, load_space
+
+T4, H200 = gpu_spec("t4"), gpu_spec("h200")
+
+
+@pytest.fixture(scope="module")
+def sgemm():
+    return load_space("sgemm")
+
+
+def _with(space, base, **changes):
+    return space.config({**base.as_dict(), **changes})
+
+
+def test_seeds_are_feasible_on_h200(sgemm):
+    assert sgemm.seeds
+    for seed in sgemm.seeds:
+        assert sgemm.check(seed, H200).feasible, seed.name
+
+
+def test_config_names_are_deterministic_and_unique(sgemm):
+    configs = list(sgemm.feasible(H200))[:2000]
+    names = {c.name for c in configs}
+    assert len(names) == len(configs)
+    seed = sgemm.seeds[0]
+    assert sgemm.config(seed.as_dict()) == seed and hash(sgemm.config(seed.as_dict())) == hash(seed)
+    assert seed.name.startswith("sgemm_bm128_bn128_bk8_")
+
+
+def test_static_smem_over_48kb_rejected_with_reason(sgemm):
+    base = sgemm.seeds[0]
+    big = _with(sgemm, base, BK=32, STAGES=2, SMEM_OPT_IN=0, PAD_A=4, PAD_B=4)
+    verdict = sgemm.check(big, T4)
+    expected = 4 * 2 * 32 * (132 + 132)
+    assert verdict.values["SMEM_BYTES"] == expected
+    assert verdict.reason == f"smem {expected / 1024:.1f} KB > 48 KB (t4)"
+    assert sgemm.check(big, H200).reason == f"smem {expected / 1024:.1f} KB > 48 KB (h200)"
+
+
+def test_opt_in_allows_more_where_the_gpu_does(sgemm):
+    base = sgemm.seeds[0]
+    opted = _with(sgemm, base, BK=32, STAGES=2, SMEM_OPT_IN=1, PAD_A=4, PAD_B=4)  # 66 KB
+    assert sgemm.check(opted, H200).feasible
+    assert sgemm.check(opted, T4).reason.endswith("> 64 KB opt-in maximum (t4)")
+    small = _with(sgemm, base, SMEM_OPT_IN=1)
+    assert "opt-in is pointless" in sgemm.check(small, H200).reason
+
+
+def test_cp_async_needs_sm80(sgemm):
+    seed = sgemm.seeds[1]
+    assert seed["CP_ASYNC"] == 1
+    assert sgemm.check(seed, T4).reason == "cp.async needs sm_80 or newer (t4 is sm_75)"
+    assert sgemm.check(seed, gpu_spec("a100")).feasible
+
+
+def test_thread_layout_rule(sgemm):
+    bad = _with(sgemm, sgemm.seeds[0], BM=32, BN=256, TM=8, TN=4, WARPS_M=8)  # 4-row warp tiles
+    assert sgemm.check(bad, H200).reason == "warp tile 4x256 does not hold 32 lanes of 8x4"
+
+
+def test_every_feasible_config_has_a_sane_launch(sgemm):
+    problem = make_problem("1000x777x33", "f32")
+    for config in list(sgemm.feasible(H200))[::97]:
+        launch = sgemm.launch(config, H200, problem)
+        values = sgemm.values(config, H200)
+        assert launch.block[0] == values["THREADS"] and 64 <= launch.block[0] <= 1024
+        assert launch.grid == (-(-777 // config["BN"]), -(-1000 // config["BM"]), 1)
+        assert launch.dynamic_smem == (values["SMEM_BYTES"] if config["SMEM_OPT_IN"] else 0)
+        assert values["THR_M"] * values["THR_N"] == 32
+
+
+def test_bad_knob_values_name_the_choices(sgemm):
+    with pytest.raises(InputError, match="BM.*32, 64, 128, 256"):
+        sgemm.config({**sgemm.seeds[0].as_dict(), "BM": 96})
+    with pytest.raises(InputError, match="knob"):
+        sgemm.config({**sgemm.seeds[0].as_dict(), "XX": 1})
+
+
+def _space_file(tmp_path, require):
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        'family = "bad"\ndtype = "f32"\ntemplate = "sgemm.cu.j2"\n[knobs]\nA = [1]\n'
+        '[launch]\nblock = "1"\ngrid_x = "1"\ngrid_y = "1"\nsmem_bytes = "0"\nopt_in = "0"\ndynamic_smem = "0"\n'
+        f'[[rules]]\nrequire = "{require}"\nreason = "r"\n'
+    )
+    return path
+
+
+@pytest.mark.parametrize("expression", [
+    "__import__('os')", "A.__class__", "gpu._secret", "[x for x in A]", "open('f')",
+])
+def test_expressions_are_whitelisted(tmp_path, expression):
+    with pytest.raises(SpaceError):
+        SearchSpace(_space_file(tmp_path, expression))
+
+
+def test_unknown_family_lists_choices():
+    with pytest.raises(InputError, match="sgemm"):
+        load_space("nope")
