@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
     search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
     search.add_argument("--repeats", type=int, default=30, help="timed launches per candidate (default 30)")
+    search.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
+                        help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
     search.set_defaults(run=cmd_search)
 
     query = sub.add_parser(
@@ -248,7 +250,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.study import Search, SearchSettings
     from autotune.worker import GpuWorker
 
-    with GpuWorker() as worker:
+    with GpuWorker(backend=args.backend) as worker:
         env = worker.environment()
         if requested is not None and requested.key != env.gpu_key:
             raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)

@@ -237,21 +237,39 @@ def default_flush_bytes() -> int:
     return max(2 * int(l2), MIN_FLUSH_BYTES)
 
 
+MIN_REPEATS = 5
+
+
 def time_launches(
-    launch: Callable[[], None], flush_bytes: int | None = None, warmup: int = 5, repeats: int = 50
+    launch: Callable[[], None],
+    flush_bytes: int | None = None,
+    warmup: int = 5,
+    repeats: int = 50,
+    budget_ms: float | None = 3000.0,
 ) -> Timing:
-    """Time ``launch()`` ``repeats`` times, each between its own pair of events.
+    """Time ``launch()`` up to ``repeats`` times, each between its own pair of events.
 
     Before each start event the flush buffer is zeroed on the stream, which
     evicts L2 and keeps the GPU busy while the host submits the launch. All
-    event pairs are read after one synchronisation at the end.
+    event pairs are read after one synchronisation at the end. The warm-up is
+    timed as a whole; when ``repeats`` launches would take longer than
+    ``budget_ms`` the count drops (to no fewer than 5), so a slow candidate
+    costs seconds, not minutes.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     stream = cupy.cuda.get_current_stream()
     flush = cupy.empty(flush_bytes or default_flush_bytes(), dtype=cupy.uint8)
-    for _ in range(warmup):
+    warm_start, warm_end = cupy.cuda.Event(), cupy.cuda.Event()
+    warm_start.record(stream)
+    for _ in range(max(warmup, 1)):
         launch()
+    warm_end.record(stream)
+    warm_end.synchronize()
+    if budget_ms is not None:
+        estimate_ms = cupy.cuda.get_elapsed_time(warm_start, warm_end) / max(warmup, 1)
+        if estimate_ms > 0:
+            repeats = max(min(repeats, MIN_REPEATS), min(repeats, int(budget_ms / estimate_ms)))
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeats)]
     for start, end in events:
         cupy.cuda.runtime.memsetAsync(flush.data.ptr, 0, flush.nbytes, stream.ptr)

@@ -1,0 +1,132 @@
+"""The command line as users run it: real subprocesses, real files."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def autotune(*args, env=None, timeout=600):
+    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_space_t4_rejects_over_48kb_and_reports_resources():
+    result = autotune("space", "--gpu", "t4", "--shape", "4096", "--compile", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["arch"] == "sm_75" and report["feasible"] > 1000
+    examples = [r["example"] for r in report["rejected"]]
+    assert any(e.startswith("smem ") and e.endswith("> 48 KB (t4)") for e in examples)
+    assert any("cp.async needs sm_80" in e for e in examples)
+    assert sum(r["count"] for r in report["rejected"]) + report["feasible"] == report["configs"]
+    assert len(report["compiled"]) == 4
+    for row in report["compiled"]:
+        assert row["registers"] > 0 and row["smem_bytes"] <= 48 * 1024
+        assert row["status"] == "ok" or row["status"].startswith("resource:")
+
+
+def test_space_text_output_names_reasons_and_resources():
+    result = autotune("space", "--gpu", "h200", "--shape", "1000x2000x300", "--compile", "2")
+    assert result.returncode == 0, result.stderr
+    assert "sgemm on h200 (sm_90)" in result.stdout
+    assert "rejected (count, example reason)" in result.stdout
+    assert "regs" in result.stdout and "smem KB" in result.stdout
+    assert "sgemm_bm128_bn128_bk8" in result.stdout  # the first seed is compiled first
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["space", "--gpu", "t4", "--shape", "0"], ["'0'", "MxNxK"]),
+    (["space", "--gpu", "t4", "--shape", "12x7"], ["'12x7'", "MxNxK"]),
+    (["space", "--gpu", "t4", "--shape=-3x4x5"], ["'-3x4x5'"]),
+    (["space", "--gpu", "t4", "--shape", "-5"], ["'-5'"]),
+    (["space", "--gpu", "v100", "--shape", "64"], ["'v100'", "t4", "h200", "auto"]),
+    (["space", "--gpu", "t4", "--shape", "64", "--dtype", "f64"], ["'f64'", "f32", "f16"]),
+    (["space", "--gpu", "t4", "--shape", "64", "--compile", "lots"], ["'lots'", "all"]),
+    (["search", "--gpu", "t4", "--shape", "64", "--trials", "0"], ["--trials 0", "> 0"]),
+    (["query", "--gpu", "h100", "--shape", "64x64"], ["'64x64'"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--backend", "opencl"], ["'opencl'", "cupy", "fake"]),
+    (["frobnicate"], ["frobnicate"]),
+])
+def test_bad_input_is_one_line_and_exit_2(args, fragments):
+    assert_one_line_error(autotune(*args), *fragments)
+
+
+def test_unreadable_database_is_untouched(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"this is not a database\n" * 100)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = autotune("query", "--gpu", "h200", "--shape", "64", "--db", f"sqlite:///{path}")
+    assert_one_line_error(result, "notes.db", "not a database")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_database_in_missing_directory(tmp_path):
+    result = autotune("query", "--gpu", "h200", "--shape", "64", "--db", f"sqlite:///{tmp_path}/no/such/dir/x.db")
+    assert_one_line_error(result, "x.db")
+    assert not (tmp_path / "no").exists()
+
+
+def test_search_without_gpu_fails_cleanly(tmp_path):
+    if not os.environ.get("CI") and _has_gpu():
+        pytest.skip("a GPU is attached")
+    result = autotune("search", "--gpu", "h200", "--shape", "64", "--db", f"sqlite:///{tmp_path}/r.db")
+    assert_one_line_error(result, "no CUDA GPU")
+
+
+def _has_gpu():
+    from conftest import gpu_absent_reason
+
+    return gpu_absent_reason() is None
+
+
+def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
+    """The whole offline pipeline: rules, render, NVRTC, worker process, Optuna, SQLite, query, resume."""
+    db = f"sqlite:///{tmp_path}/results.db"
+    args = ["search", "--gpu", "h200", "--shape", "100x60x40", "--backend", "fake", "--db", db, "--jobs", "2"]
+    first = autotune(*args, "--trials", "4")
+    assert first.returncode == 0, first.stderr
+    assert "4 configs evaluated on the GPU" in first.stdout
+    assert "best: sgemm_" in first.stdout and "x cuBLAS" in first.stdout
+
+    resumed = autotune(*args, "--trials", "6")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "6 configs evaluated on the GPU" in resumed.stdout  # 4 earlier + 2 new: the same study
+
+    query = autotune("query", "--gpu", "h200", "--shape", "100x60x40", "--db", db, "--json")
+    assert query.returncode == 0, query.stderr
+    rows = json.loads(query.stdout)
+    assert 1 <= len(rows) <= 6
+    assert all(r["config"].startswith("sgemm_") and r["ratio_to_cublas"] > 0 for r in rows)
+    assert rows == sorted(rows, key=lambda r: r["median_ms"])
+
+    other_gpu = autotune("query", "--gpu", "t4", "--shape", "100x60x40", "--db", db)
+    assert other_gpu.returncode == 0 and "no results for t4" in other_gpu.stdout
+
+
+def test_search_refuses_a_gpu_that_is_not_attached(tmp_path):
+    result = autotune("search", "--gpu", "t4", "--shape", "64", "--backend", "fake",
+                      "--db", f"sqlite:///{tmp_path}/r.db")
+    assert_one_line_error(result, "--gpu t4", "NVIDIA H200 (fake)", "h200")
+
+
+def test_every_command_has_help_with_an_example():
+    for command in ("space", "search", "query", "gpus"):
+        result = autotune(command, "--help")
+        assert result.returncode == 0
+        assert "example: autotune " + command in result.stdout
