@@ -7,7 +7,6 @@ import functools
 
 import jinja2
 
-from autotune.data_files import data_dir
 from autotune.errors import SpaceError
 from autotune.gpus import GpuSpec
 from autotune.space import Config, SearchSpace
@@ -23,9 +22,9 @@ class KernelSource:
 
 
 @functools.cache
-def _environment() -> jinja2.Environment:
+def _environment(template_dir: str) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        loader=jinja2.FileSystemLoader(template_dir),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -52,7 +51,7 @@ def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
             raise SpaceError(f"{config.name}: {name} = {value!r} is not an integer")
         variables[name] = value
     try:
-        code = _environment().get_template(space.template).render(**variables)
+        code = _environment(str(space.template_dir)).get_template(space.template).render(**variables)
     except jinja2.UndefinedError as error:
         raise SpaceError(f"{space.template}: {error.message}") from None
     return KernelSource(entry=config.name, code=code, template_hash=space.template_hash)

@@ -145,6 +145,9 @@ class SearchSpace:
             self.family: str = data["family"]
             self.dtype: str = data["dtype"]
             self.template: str = data["template"]
+            # Templates live in the project's templates/ unless the file names a folder beside it.
+            self.template_dir = (self.path.parent / data["template_dir"]).resolve() if "template_dir" in data \
+                else data_dir("templates")
             self.description: str = data.get("description", "")
             self.knobs: dict[str, tuple[int, ...]] = {
                 name: tuple(int(v) for v in values) for name, values in data["knobs"].items()
@@ -192,7 +195,7 @@ class SearchSpace:
     @property
     def template_hash(self) -> str:
         """Hash of the template and this space file: part of every result's key."""
-        template = (data_dir("templates") / self.template).read_text()
+        template = (self.template_dir / self.template).read_text()
         return hashlib.sha256((template + "\0" + self.source_text).encode()).hexdigest()[:16]
 
     # -- rules -----------------------------------------------------------------

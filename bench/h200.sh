@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The project's GPU check, run on an H200 from the repository root.
+#
+#   bench/h200.sh tests                 the GPU test suite (pytest -m gpu)
+#   bench/h200.sh search SIZE:TRIALS... SGEMM searches, e.g. 4096:150 1024:100
+#   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
+#
+# Several modes may follow each other. Logs and the results database go to
+# $OUT (default bench/out); bench/summarize.py turns the database into the
+# committed report under bench/results/.
+set -uo pipefail
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 AUTOTUNE_CACHE=${AUTOTUNE_CACHE:-/tmp/autotune-cache}
+DB="sqlite:///$PWD/$OUT/results.db"
+status=0
+
+{
+    date -u +"date: %Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader | sed 's/^/gpu: /'
+    python3 -c 'import sys, cupy; from cupy.cuda import nvrtc, runtime; print("python:", sys.version.split()[0]); print("cupy:", cupy.__version__); print("cuda runtime:", runtime.runtimeGetVersion()); print("nvrtc:", nvrtc.getVersion())'
+} | tee "$OUT/environment.txt"
+
+while [ $# -gt 0 ]; do
+    mode=$1; shift
+    case $mode in
+    tests)
+        python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1
+        ;;
+    search)
+        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
+            size=${1%%:*}; trials=${1##*:}; shift
+            python3 -m autotune search --gpu h200 --shape "$size" --dtype f32 --trials "$trials" --db "$DB" \
+                2>&1 | tee "$OUT/search_f32_$size.log" || status=1
+        done
+        ;;
+    mismatch)
+        python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
+        echo "exit code $?" >> "$OUT/mismatch.log"
+        cat "$OUT/mismatch.log"
+        ;;
+    *)
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS..., mismatch" >&2; exit 2
+        ;;
+    esac
+done
+exit $status
