@@ -18,7 +18,7 @@ else
     export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 AUTOTUNE_CACHE=${AUTOTUNE_CACHE:-/tmp/autotune-cache}
-DB="sqlite:///$PWD/$OUT/results.db"
+DB="sqlite:///$(realpath "$OUT")/results.db"
 status=0
 
 {
