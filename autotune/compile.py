@@ -137,7 +137,12 @@ def compile_kernel(source: KernelSource, arch: str, use_cache: bool = True) -> C
     finally:
         nvrtc.destroyProgram(program)
 
-    compiled = CompiledKernel(source.entry, arch, cubin, parse_resources(log), log)
+    try:
+        resources = parse_resources(log)
+    except CompilerError as error:
+        tail = " | ".join(line.strip() for line in log.strip().splitlines()[-3:])
+        return CompileFailure(source.entry, f"{error}; log: {tail[:300]}", log)
+    compiled = CompiledKernel(source.entry, arch, cubin, resources, log)
     if use_cache:
         _store(cubin_path, meta_path, compiled)
     return compiled

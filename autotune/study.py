@@ -20,7 +20,7 @@ from collections.abc import Callable
 import optuna
 
 from autotune.check import resource_violation
-from autotune.compile import CompileFailure, CompilePool
+from autotune.compile import CompiledKernel, CompileFailure, CompilePool
 from autotune.db import ResultStore
 from autotune.errors import FailureClass
 from autotune.gpus import GpuSpec
@@ -127,7 +127,7 @@ class Search:
                 futures = [(trial, config, pool.submit(render(self.space, config, self.gpu), self.gpu.sm))
                            for trial, config in batch]
                 for trial, config, future in futures:
-                    outcome = self._evaluate(config, future.result(), cublas)
+                    outcome = self._evaluate(config, _compiled(future), cublas)
                     self._tell(study, trial, config, outcome, known)
                     if isinstance(outcome, Measurement) or _reached_gpu(outcome):
                         progress.evaluated += 1
@@ -276,6 +276,14 @@ class Search:
             self.store.add_measurement(self.env, self.problem, config, self.space.template_hash, final, self.name)
             return SearchResult(self.name, progress.evaluated, config, final, final_cublas, dict(self.failures))
         raise RuntimeError(f"the best config {config.name} failed when measured again: {final.message}")
+
+
+def _compiled(future) -> CompiledKernel | CompileFailure:
+    """The compile result; an error inside the compile process becomes a compile failure."""
+    try:
+        return future.result()
+    except Exception as error:  # raised in the pool process: record it with the candidate, go on
+        return CompileFailure("?", f"{type(error).__name__}: {error}", "")
 
 
 def _reached_gpu(outcome: Measurement | Failure) -> bool:
