@@ -16,10 +16,12 @@ import json
 import multiprocessing
 import os
 import re
+import struct
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from autotune.cubin import read_resources
 from autotune.errors import CompilerError
 from autotune.records import Resources
 from autotune.render import KernelSource
@@ -139,9 +141,11 @@ def compile_kernel(source: KernelSource, arch: str, use_cache: bool = True) -> C
 
     try:
         resources = parse_resources(log)
-    except CompilerError as error:
-        tail = " | ".join(line.strip() for line in log.strip().splitlines()[-3:])
-        return CompileFailure(source.entry, f"{error}; log: {tail[:300]}", log)
+    except CompilerError:  # no ptxas report in the log: read the cubin instead
+        try:
+            resources = read_resources(cubin, source.entry)
+        except (CompilerError, struct.error, ValueError, IndexError) as error:
+            return CompileFailure(source.entry, f"no ptxas report and an unreadable cubin: {error}", log)
     compiled = CompiledKernel(source.entry, arch, cubin, resources, log)
     if use_cache:
         _store(cubin_path, meta_path, compiled)

@@ -31,6 +31,7 @@ from autotune.space import Config, SearchSpace
 from autotune.worker import CublasTask, GpuWorker, KernelTask
 
 STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
+FINAL_REPEAT_FACTOR = 3  # the closing side-by-side measurement times 3x as many launches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +163,8 @@ class Search:
 
     # -- one candidate -----------------------------------------------------------
 
-    def _evaluate(self, config: Config, compiled, cublas: Measurement) -> Measurement | Failure:
+    def _evaluate(self, config: Config, compiled, cublas: Measurement, repeats: int | None = None
+                  ) -> Measurement | Failure:
         if isinstance(compiled, CompileFailure):
             return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
         launch = self.space.launch(config, self.gpu, self.problem)
@@ -179,7 +181,7 @@ class Search:
             problem=self.problem,
             seed=self.settings.seed,
             warmup=self.settings.warmup,
-            repeats=self.settings.repeats,
+            repeats=repeats or self.settings.repeats,
             resources=resources,
         )
         return self.worker.run(task, timeout_s=self._candidate_timeout(cublas))
@@ -189,8 +191,8 @@ class Search:
         launches = self.settings.warmup + self.settings.repeats + 4
         return 15.0 + 50.0 * launches * cublas.timing.median_ms / 1e3
 
-    def _reference(self) -> Measurement:
-        task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, self.settings.repeats)
+    def _reference(self, repeats: int | None = None) -> Measurement:
+        task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, repeats or self.settings.repeats)
         result = self.worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
             raise RuntimeError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
@@ -270,8 +272,9 @@ class Search:
         )
         config = self.space.config(best_trial.params)
         compiled = pool.submit(render(self.space, config, self.gpu), self.gpu.sm).result()
-        final_cublas = self._reference()
-        final = self._evaluate(config, compiled, final_cublas)
+        repeats = FINAL_REPEAT_FACTOR * self.settings.repeats
+        final_cublas = self._reference(repeats)
+        final = self._evaluate(config, compiled, final_cublas, repeats)
         if isinstance(final, Measurement):
             self.store.add_measurement(self.env, self.problem, config, self.space.template_hash, final, self.name)
             return SearchResult(self.name, progress.evaluated, config, final, final_cublas, dict(self.failures))

@@ -81,3 +81,21 @@ def test_resource_violations():
     big = Resources(64, 0, 60 * 1024, 0, 0, 0)
     assert resource_violation(big, 128, spec, opt_in=False) == "ptxas smem 60.0 KB > 48 KB (t4)"
     assert resource_violation(big, 128, spec, opt_in=True) is None
+
+
+@pytest.mark.parametrize("gpu", ["t4", "a100", "h200"])
+def test_cubin_resources_match_the_ptxas_report(gpu):
+    """The fallback used when NVRTC's log has no ptxas report reads the same numbers from the cubin."""
+    import random
+
+    from autotune.cubin import read_resources
+
+    spec, space = gpu_spec(gpu), load_space("sgemm")
+    configs = random.Random(7).sample(list(space.feasible(spec)), 6)
+    for config in configs:
+        compiled = compile_kernel(render(space, config, spec), spec.sm)
+        from_cubin = read_resources(compiled.cubin, compiled.entry)
+        assert from_cubin.registers == compiled.resources.registers
+        assert from_cubin.smem_static == compiled.resources.smem_static
+        assert (from_cubin.stack_frame > 0) == (compiled.resources.stack_frame > 0)
+        assert (from_cubin.spill_stores > 0) == (compiled.resources.spill_stores > 0)
