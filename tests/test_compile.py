@@ -37,9 +37,11 @@ def test_seeds_compile_without_spills_and_smem_matches_estimate(gpu):
         assert not isinstance(compiled, CompileFailure), compiled
         res = compiled.resources
         assert 32 < res.registers <= 255
-        assert res.smem_static == space.values(seed, spec)["SMEM_BYTES"]
+        dynamic = space.values(seed, spec)["SMEM_BYTES"] if seed["SMEM_OPT_IN"] else 0
+        assert res.smem_static + dynamic == space.values(seed, spec)["SMEM_BYTES"]
         launch_threads = space.values(seed, spec)["THREADS"]
-        assert resource_violation(res, launch_threads, spec, opt_in=False) is None
+        res = Resources(**{**res.__dict__, "smem_dynamic": dynamic})
+        assert resource_violation(res, launch_threads, spec, opt_in=bool(seed["SMEM_OPT_IN"])) is None
         assert compiled.cubin[:4] == b"\x7fELF"
 
 
