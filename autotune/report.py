@@ -37,7 +37,7 @@ def _is_number(value: object) -> bool:
 def ratio_text(kernel_ms: float | None, cublas_ms: float | None) -> str:
     if not kernel_ms or not cublas_ms:
         return "-"
-    return f"{cublas_ms / kernel_ms:.2f}x"
+    return f"{cublas_ms / kernel_ms:.3f}x"
 
 
 class ProgressLine:

@@ -1,61 +1,81 @@
-"""Turn a results database from bench/h200.sh into a Markdown report.
+"""Turn the results databases of bench/h200.sh runs into a Markdown report and a CSV.
 
-    python3 bench/summarize.py bench/out/results.db bench/out/environment.txt > bench/results/h200-sgemm.md
+    python3 bench/summarize.py OUTPUT_DIR RUN_DIR [RUN_DIR ...]
 
-Per study: GPU evaluations, failures by class, and the final side-by-side
-measurement of the best config and cuBLAS (the last two rows the study wrote).
+Each RUN_DIR holds a run's results.db and environment.txt. Per study: GPU
+evaluations, failures by class, and the final side-by-side measurement of the
+best config and cuBLAS (the last rows the study wrote). Every verified
+measurement goes to OUTPUT_DIR/measurements.csv.
 """
 
 from __future__ import annotations
 
-import collections
+import csv
 import sys
+from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
 
-def main(db_path: str, environment_path: str) -> None:
-    engine = create_engine(f"sqlite:///{db_path}")
-    with engine.connect() as db:
-        studies = [row[0] for row in db.execute(text(
-            "select distinct study from measurements where study is not null order by study"))]
-        env = db.execute(text("select gpu_name, arch, driver, cuda_runtime, nvrtc, cupy from environments")).first()
-        print("# SGEMM search results on the H200\n")
-        print("Written by `bench/summarize.py` from the database of `bench/h200.sh`.\n")
-        print("```")
-        print(open(environment_path).read().strip())
-        print(f"autotune environment: {env.gpu_name} {env.arch}, driver {env.driver}, CUDA runtime "
-              f"{env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}")
-        print("```\n")
-        print("| problem | GPU evaluations | best config | best ms | TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s | ratio |")
-        print("|---|---|---|---|---|---|---|---|")
-        failures_by_study = {}
-        for study in studies:
-            rows = db.execute(text(
-                "select m.id, m.implementation, m.median_ms, m.tflops, k.name, p.m, p.n, p.k, p.dtype "
-                "from measurements m join problems p on p.id = m.problem_id "
-                "left join kernels k on k.id = m.kernel_id where m.study = :s order by m.id"), {"s": study}).all()
-            final_kernel = next(r for r in reversed(rows) if r.implementation == "candidate")
-            final_cublas = next(r for r in reversed(rows) if r.implementation == "cublas")
-            failures = dict(db.execute(text(
-                "select failure_class, count(*) from failures where study = :s group by failure_class"),
-                {"s": study}).all())
-            gpu_failures = sum(n for c, n in failures.items() if c not in ("rejected", "resource", "compile_error"))
-            candidates = {r.name for r in rows if r.implementation == "candidate"}
-            shape = f"{final_kernel.m}x{final_kernel.n}x{final_kernel.k} {final_kernel.dtype}"
-            print(f"| {shape} | {len(candidates) + gpu_failures} | `{final_kernel.name}` | {final_kernel.median_ms:.4f} | "
-                  f"{final_kernel.tflops:.1f} | {final_cublas.median_ms:.4f} | {final_cublas.tflops:.1f} | "
-                  f"{final_cublas.median_ms / final_kernel.median_ms:.2f}x |")
-            failures_by_study[shape] = failures
-        print("\nBest and cuBLAS are the final side-by-side measurement of each search (median of the timed")
-        print("launches, L2 flushed before each, launch latency hidden behind the flush).\n")
-        print("Failures by class (rejected, resource and compile_error never reached the GPU):\n")
-        classes = sorted({c for f in failures_by_study.values() for c in f})
-        print("| problem | " + " | ".join(classes) + " |")
-        print("|---|" + "---|" * len(classes))
-        for shape, failures in failures_by_study.items():
-            print(f"| {shape} | " + " | ".join(str(failures.get(c, 0)) for c in classes) + " |")
+def main(output_dir: str, *run_dirs: str) -> None:
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report, rows = [], []
+    report.append("# SGEMM search results on the H200\n")
+    report.append("Written by `bench/summarize.py` from the databases of `bench/h200.sh` runs.\n")
+    table = ["| problem | GPU evaluations | best config | best ms | TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    failure_rows = {}
+    for run in map(Path, run_dirs):
+        engine = create_engine(f"sqlite:///{run / 'results.db'}")
+        with engine.connect() as db:
+            env = db.execute(text("select gpu_name, arch, driver, cuda_runtime, nvrtc, cupy from environments")).first()
+            report.append(f"Run `{run.name}`:\n\n```\n{(run / 'environment.txt').read_text().strip()}\n"
+                          f"autotune environment: {env.gpu_name} {env.arch}, driver {env.driver}, CUDA runtime "
+                          f"{env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}\n```\n")
+            studies = [r[0] for r in db.execute(text(
+                "select distinct study from measurements where study is not null order by study"))]
+            for study in studies:
+                table.append(_study_row(db, study, failure_rows))
+            rows += db.execute(text(
+                "select m.study, p.m, p.n, p.k, p.dtype, m.implementation, k.name, m.median_ms, m.q25_ms, m.q75_ms, "
+                "m.tflops, m.max_error, m.registers, m.smem_static + m.smem_dynamic, m.sm_clock_mhz, "
+                "m.throttle_reasons, m.created_at from measurements m join problems p on p.id = m.problem_id "
+                "left join kernels k on k.id = m.kernel_id order by m.id")).all()
+    report += table
+    report.append("\nBest and cuBLAS are each search's closing side-by-side measurement (median of the timed")
+    report.append("launches, L2 flushed before each, launch latency hidden behind the flush).\n")
+    report.append("Failures by class (rejected, resource and compile_error never reached the GPU):\n")
+    classes = sorted({c for f in failure_rows.values() for c in f})
+    report.append("| problem | " + " | ".join(classes) + " |")
+    report.append("|---|" + "---|" * len(classes))
+    for shape, failures in failure_rows.items():
+        report.append(f"| {shape} | " + " | ".join(str(failures.get(c, 0)) for c in classes) + " |")
+    (out / "README.md").write_text("\n".join(report) + "\n")
+    with open(out / "measurements.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["study", "m", "n", "k", "dtype", "implementation", "config", "median_ms", "q25_ms",
+                         "q75_ms", "tflops", "max_error", "registers", "smem_bytes", "sm_clock_mhz",
+                         "throttle_reasons", "measured_at"])
+        writer.writerows(rows)
+
+
+def _study_row(db, study: str, failure_rows: dict) -> str:
+    rows = db.execute(text(
+        "select m.implementation, m.median_ms, m.tflops, k.name, p.m, p.n, p.k, p.dtype "
+        "from measurements m join problems p on p.id = m.problem_id "
+        "left join kernels k on k.id = m.kernel_id where m.study = :s order by m.id"), {"s": study}).all()
+    kernel = next(r for r in reversed(rows) if r.implementation == "candidate")
+    cublas = next(r for r in reversed(rows) if r.implementation == "cublas")
+    failures = dict(db.execute(text(
+        "select failure_class, count(*) from failures where study = :s group by failure_class"), {"s": study}).all())
+    gpu_failures = sum(n for c, n in failures.items() if c not in ("rejected", "resource", "compile_error"))
+    evaluated = len({r.name for r in rows if r.implementation == "candidate"}) + gpu_failures
+    shape = f"{kernel.m}x{kernel.n}x{kernel.k} {kernel.dtype}"
+    failure_rows[shape] = failures
+    return (f"| {shape} | {evaluated} | `{kernel.name}` | {kernel.median_ms:.4f} | {kernel.tflops:.1f} | "
+            f"{cublas.median_ms:.4f} | {cublas.tflops:.1f} | {cublas.median_ms / kernel.median_ms:.3f}x |")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])
