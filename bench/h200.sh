@@ -2,7 +2,7 @@
 # The project's GPU check, run on an H200 from the repository root.
 #
 #   bench/h200.sh tests                 the GPU test suite (pytest -m gpu)
-#   bench/h200.sh search SIZE:TRIALS... SGEMM searches, e.g. 4096:150 1024:100
+#   bench/h200.sh search SIZE:TRIALS[:DTYPE]...  searches, e.g. 4096:150 1024:100:f16 (f32 default)
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #
 # Several modes may follow each other. Logs and the results database go to
@@ -35,9 +35,10 @@ while [ $# -gt 0 ]; do
         ;;
     search)
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            size=${1%%:*}; trials=${1##*:}; shift
-            python3 -m autotune search --gpu h200 --shape "$size" --dtype f32 --trials "$trials" --db "$DB" \
-                2>&1 | tee "$OUT/search_f32_$size.log" || status=1
+            IFS=: read -r size trials dtype <<< "$1"; shift
+            dtype=${dtype:-f32}
+            python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --trials "$trials" --db "$DB" \
+                2>&1 | tee "$OUT/search_${dtype}_$size.log" || status=1
         done
         ;;
     mismatch)
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE]..., mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -101,3 +101,20 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
         assert from_cubin.smem_static == compiled.resources.smem_static
         assert (from_cubin.stack_frame > 0) == (compiled.resources.stack_frame > 0)
         assert (from_cubin.spill_stores > 0) == (compiled.resources.spill_stores > 0)
+
+
+@pytest.mark.parametrize("gpu", ["t4", "h200"])
+def test_hgemm_space_compiles_offline(gpu):
+    """The tensor-core family renders and compiles (headers from pip) for sm_75 and sm_90."""
+    import random
+
+    spec, space = gpu_spec(gpu), load_space("hgemm_wmma")
+    feasible = list(space.feasible(spec))
+    configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
+    for config in configs:
+        compiled = compile_kernel(render(space, config, spec), spec.sm)
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        assert compiled.resources.registers > 0
+        if not config["SMEM_OPT_IN"]:
+            assert compiled.resources.smem_static == space.values(config, spec)["SMEM_BYTES"]
+    assert all(not c["CP_ASYNC"] for c in configs) or spec.has_cp_async
