@@ -27,6 +27,7 @@ MIN_FLUSH_BYTES = 256 * MIB
 DEFAULT_TOL_FACTOR = 2.0
 FP32_EPS = 2.0**-23  # machine epsilon of the fp32 accumulation
 FP16_UNIT_ROUNDOFF = 2.0**-11  # one rounding of a result to fp16
+FP16_SUBNORMAL_STEP = 2.0**-24  # spacing of fp16 subnormals: relative rounding does not hold there
 TINY = 1e-30  # keeps the bound positive where every term is zero
 
 # cuBLAS / CUDA ABI values (cublas_api.h, library_types.h).
@@ -144,7 +145,8 @@ def error_bound(
     ``tol * K * 2^-23 * (|alpha| (|A| @ |B|) + |beta| |C|)`` covers any fp32
     summation order (worst case), plus ``tol * 2^-11 * (|ref| + |beta C|)`` for
     fp16 output: one rounding of the result, or of each epilogue term when the
-    epilogue runs in half precision. Accumulation is fp32 for both dtypes
+    epilogue runs in half precision, and ``tol * 2^-24`` for results that round
+    to fp16 subnormals, where one rounding step is absolute. Accumulation is fp32 for both dtypes
     (see :class:`~autotune.problem.GemmProblem`); a fp16-accumulating kernel fails.
     """
     abs_a = cupy.abs(operands.a.astype(cupy.float32))
@@ -155,6 +157,7 @@ def error_bound(
     bound = (tol_factor * problem.k * FP32_EPS) * scale
     if problem.dtype == "f16":
         bound += (tol_factor * FP16_UNIT_ROUNDOFF) * (cupy.abs(ref) + abs(problem.beta) * abs_c)
+        bound += tol_factor * FP16_SUBNORMAL_STEP  # below 2^-14 the rounding step is absolute
     bound += TINY
     return bound
 

@@ -1,6 +1,6 @@
 """Turn the results databases of bench/h200.sh runs into a Markdown report and a CSV.
 
-    python3 bench/summarize.py OUTPUT_DIR RUN_DIR [RUN_DIR ...]
+    python3 bench/summarize.py OUTPUT_DIR TITLE RUN_DIR [RUN_DIR ...]
 
 Each RUN_DIR holds a run's results.db and environment.txt. Per study: GPU
 evaluations, failures by class, and the final side-by-side measurement of the
@@ -17,11 +17,11 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 
-def main(output_dir: str, *run_dirs: str) -> None:
+def main(output_dir: str, title: str, *run_dirs: str) -> None:
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     report, rows = [], []
-    report.append("# SGEMM search results on the H200\n")
+    report.append(f"# {title}\n")
     report.append("Written by `bench/summarize.py` from the databases of `bench/h200.sh` runs.\n")
     table = ["| problem | GPU evaluations | best config | best ms | TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s | ratio |",
              "|---|---|---|---|---|---|---|---|"]
@@ -30,7 +30,8 @@ def main(output_dir: str, *run_dirs: str) -> None:
         engine = create_engine(f"sqlite:///{run / 'results.db'}")
         with engine.connect() as db:
             env = db.execute(text("select gpu_name, arch, driver, cuda_runtime, nvrtc, cupy from environments")).first()
-            report.append(f"Run `{run.name}`:\n\n```\n{(run / 'environment.txt').read_text().strip()}\n"
+            machine = (run / "environment.txt").read_text().strip() + "\n" if (run / "environment.txt").exists() else ""
+            report.append(f"Run `{run.name}`:\n\n```\n{machine}"
                           f"autotune environment: {env.gpu_name} {env.arch}, driver {env.driver}, CUDA runtime "
                           f"{env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}\n```\n")
             studies = [r[0] for r in db.execute(text(
