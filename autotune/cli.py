@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 # -- helpers ---------------------------------------------------------------------
 
 
-def _family_space(args: argparse.Namespace) -> SearchSpace:
+def _family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
+    """``--family``, or the highest-priority family for ``--dtype`` that can run on ``gpu``."""
     if args.family:
         space = load_space(args.family)
         if space.dtype != args.dtype:
@@ -95,6 +96,10 @@ def _family_space(args: argparse.Namespace) -> SearchSpace:
     if not families:
         raise InputError("--dtype", args.dtype, "a dtype with a search space: "
                          + ", ".join(sorted({load_space(f).dtype for f in _all_families()})))
+    for family in families:
+        space = load_space(family)
+        if next(iter(space.feasible(gpu)), None) is not None:
+            return space
     return load_space(families[0])
 
 
@@ -130,7 +135,7 @@ def _open_store(url: str | None):
 def cmd_space(args: argparse.Namespace) -> int:
     gpu = _offline_gpu(args.gpu)
     problem = make_problem(args.shape, args.dtype)
-    space = _family_space(args)
+    space = _family_space(args, gpu)
     limit = _compile_limit(args.compile)
 
     verdicts = list(space.verdicts(gpu, problem))
@@ -240,7 +245,7 @@ def _kb(value: int | None) -> float | None:
 def cmd_search(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
     requested = None if args.gpu.lower() == AUTO else gpu_spec(args.gpu)
-    space = _family_space(args)
+    _family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
     _positive("--trials", args.trials)
     _positive("--timeout", args.timeout)
     _positive("--repeats", args.repeats)
@@ -257,6 +262,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         gpu = requested or GPUS.get(env.gpu_key)
         if gpu is None:
             raise InputError("--gpu", args.gpu, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
+        space = _family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats)
         print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
@@ -334,3 +340,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped early (head, less)
+        sys.stderr.close()
+        return 0

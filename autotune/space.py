@@ -149,6 +149,7 @@ class SearchSpace:
             self.template_dir = (self.path.parent / data["template_dir"]).resolve() if "template_dir" in data \
                 else data_dir("templates")
             self.description: str = data.get("description", "")
+            self.priority: int = int(data.get("priority", 0))  # higher: the default family for its dtype
             self.knobs: dict[str, tuple[int, ...]] = {
                 name: tuple(int(v) for v in values) for name, values in data["knobs"].items()
             }
@@ -265,5 +266,6 @@ def load_space(family: str) -> SearchSpace:
 
 
 def families_for_dtype(dtype: str) -> list[str]:
-    """Kernel families whose space file declares ``dtype``."""
-    return sorted(p.stem for p in data_dir("search_spaces").glob("*.toml") if load_space(p.stem).dtype == dtype)
+    """Kernel families whose space file declares ``dtype``, highest priority first."""
+    names = [p.stem for p in data_dir("search_spaces").glob("*.toml") if load_space(p.stem).dtype == dtype]
+    return sorted(names, key=lambda name: (-load_space(name).priority, name))

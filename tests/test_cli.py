@@ -130,3 +130,12 @@ def test_every_command_has_help_with_an_example():
         result = autotune(command, "--help")
         assert result.returncode == 0
         assert "example: autotune " + command in result.stdout
+
+
+@pytest.mark.parametrize("gpu, family", [("t4", "hgemm_wmma"), ("h200", "hgemm_mma")])
+def test_space_f16_picks_the_family_the_gpu_can_run(gpu, family):
+    result = autotune("space", "--gpu", gpu, "--dtype", "f16", "--shape", "4097x4095x31", "--compile", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["family"] == family and report["feasible"] > 0
+    assert report["compiled"][0]["status"] == "ok"

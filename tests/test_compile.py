@@ -103,12 +103,13 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
         assert (from_cubin.spill_stores > 0) == (compiled.resources.spill_stores > 0)
 
 
-@pytest.mark.parametrize("gpu", ["t4", "h200"])
-def test_hgemm_space_compiles_offline(gpu):
-    """The tensor-core family renders and compiles (headers from pip) for sm_75 and sm_90."""
+@pytest.mark.parametrize("family, gpu", [("hgemm_wmma", "t4"), ("hgemm_wmma", "h200"), ("hgemm_mma", "a100"),
+                                         ("hgemm_mma", "h200")])
+def test_hgemm_spaces_compile_offline(family, gpu):
+    """The tensor-core families render and compile (headers from pip) for sm_75, sm_80 and sm_90."""
     import random
 
-    spec, space = gpu_spec(gpu), load_space("hgemm_wmma")
+    spec, space = gpu_spec(gpu), load_space(family)
     feasible = list(space.feasible(spec))
     configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
     for config in configs:
@@ -118,3 +119,12 @@ def test_hgemm_space_compiles_offline(gpu):
         if not config["SMEM_OPT_IN"]:
             assert compiled.resources.smem_static == space.values(config, spec)["SMEM_BYTES"]
     assert all(not c["CP_ASYNC"] for c in configs) or spec.has_cp_async
+
+
+def test_mma_family_is_the_fp16_default_where_it_runs():
+    from autotune.space import families_for_dtype
+
+    assert families_for_dtype("f16") == ["hgemm_mma", "hgemm_wmma"]
+    mma = load_space("hgemm_mma")
+    assert not list(mma.feasible(gpu_spec("t4")))  # m16n8k16 needs sm_80
+    assert mma.check(mma.seeds[0], gpu_spec("t4")).reason == "mma.sync m16n8k16 needs sm_80 or newer (t4 is sm_75)"

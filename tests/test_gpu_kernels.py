@@ -53,7 +53,7 @@ def _run_all(worker, space, gpu, configs, problems):
     return outcomes
 
 
-@pytest.mark.parametrize("family, dtype", [("sgemm", "f32"), ("hgemm_wmma", "f16")])
+@pytest.mark.parametrize("family, dtype", [("sgemm", "f32"), ("hgemm_wmma", "f16"), ("hgemm_mma", "f16")])
 def test_sampled_configs_verify_at_odd_shapes(worker, family, dtype):
     from autotune.gpus import GPUS
 
