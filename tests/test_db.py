@@ -25,6 +25,8 @@ from autotune.records import Measurement as Meas
 from autotune.records import Resources, Timing
 from autotune.space import Config
 
+HEAD_REVISION = "0002"  # the newest migration in autotune/db/migrations/versions
+
 ENV = Env("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
 PROBLEM = GemmProblem(4096, 4096, 1024)
 
@@ -178,8 +180,8 @@ def test_migration_matches_models(store):
         context = MigrationContext.configure(connection, opts=opts)
         assert compare_metadata(context, Base.metadata) == []
         tables = set(inspect(connection).get_table_names())
-        assert context.get_current_revision() == "0001"
-    assert tables == {"environments", "problems", "kernels", "measurements", "failures", VERSION_TABLE}
+        assert context.get_current_revision() == HEAD_REVISION
+    assert tables == {"environments", "problems", "kernels", "measurements", "failures", "energy_windows", VERSION_TABLE}
 
 
 def test_shares_a_database_with_optuna(tmp_path):
@@ -191,7 +193,7 @@ def test_shares_a_database_with_optuna(tmp_path):
     assert storage.get_all_studies() == []
     with sqlite3.connect(tmp_path / "shared.db") as connection:
         ours = connection.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
-    assert ours == [("0001",)]
+    assert ours == [(HEAD_REVISION,)]
 
 
 def test_not_a_database_is_refused_and_untouched(tmp_path):
@@ -299,3 +301,38 @@ def test_default_url_falls_back_to_xdg_data_home(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_url() == f"sqlite:///{tmp_path / 'home' / '.local' / 'share' / 'autotune' / 'results.db'}"
+
+
+def test_a_0001_database_upgrades_with_its_rows_intact(tmp_path):
+    """A database written by the first schema opens, migrates to head, and keeps its measurements."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from sqlalchemy import create_engine, inspect, text
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = create_engine(url)
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(store_module.MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+    with engine.begin() as connection:
+        assert "energy_windows" not in inspect(connection).get_table_names()
+        connection.execute(text(
+            "insert into environments (id, gpu_key, gpu_name, arch, driver, cuda_runtime, nvrtc, cupy, created_at) "
+            "values (1, 'h200', 'NVIDIA H200', 'sm_90', '580', '13.0', '13.0', '14.2.0', '2026-11-29 00:00:00')"))
+        connection.execute(text(
+            "insert into problems (id, m, n, k, dtype, layout, alpha, beta) "
+            "values (1, 64, 64, 64, 'f32', 'row', 1.0, 0.0)"))
+        connection.execute(text(
+            "insert into measurements (environment_id, problem_id, kernel_id, implementation, study, median_ms, "
+            "min_ms, max_ms, q25_ms, q75_ms, samples_json, tflops, max_error, created_at) values "
+            "(1, 1, NULL, 'cublas', NULL, 0.5, 0.4, 0.6, 0.45, 0.55, '[0.5]', 1.0, 0.0, '2026-11-29 00:00:00')"))
+    engine.dispose()
+
+    store = ResultStore(url)
+    assert store.cublas_reference("h200", GemmProblem(64, 64, 64, "f32")) == 0.5
+    with store.session() as session:
+        tables = inspect(session.connection()).get_table_names()
+        version = session.execute(text("select version_num from autotune_alembic_version")).scalar_one()
+    assert "energy_windows" in tables and version == HEAD_REVISION

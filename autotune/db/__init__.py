@@ -4,6 +4,6 @@ Schema changes go through the Alembic migrations in ``migrations/versions``;
 opening a :class:`ResultStore` upgrades the database to the newest revision.
 """
 
-from autotune.db.store import BestRow, ResultStore, default_url
+from autotune.db.store import BestRow, EnergyRow, ResultStore, default_url
 
-__all__ = ["BestRow", "ResultStore", "default_url"]
+__all__ = ["BestRow", "EnergyRow", "ResultStore", "default_url"]

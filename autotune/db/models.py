@@ -12,6 +12,7 @@ import datetime as dt
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Double,
@@ -150,4 +151,28 @@ class Failure(Base):
     study: Mapped[str | None] = mapped_column(String(255))
     failure_class: Mapped[str] = mapped_column(String(32))  # a FailureClass value
     message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class EnergyWindow(Base):
+    """Power and energy of one kernel over a window of back-to-back launches (NVML)."""
+
+    __tablename__ = "energy_windows"
+    __table_args__ = (Index("ix_energy_windows_measurement", "measurement_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))  # the timing it belongs to
+    seconds: Mapped[float] = mapped_column(Double)
+    launches: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)
+    mean_power_w: Mapped[float] = mapped_column(Double)
+    idle_power_w: Mapped[float | None] = mapped_column(Double)
+    energy_per_gemm_j: Mapped[float] = mapped_column(Double)  # mean instantaneous power x time / launches
+    energy_counter_j: Mapped[float | None] = mapped_column(Double)  # energy-counter delta over the window
+    energy_per_gemm_counter_j: Mapped[float | None] = mapped_column(Double)
+    sm_clock_mhz_mean: Mapped[float | None] = mapped_column(Double)
+    sm_clock_mhz_min: Mapped[int | None] = mapped_column(Integer)
+    temperature_c_max: Mapped[int | None] = mapped_column(Integer)
+    throttle_reasons: Mapped[int | None] = mapped_column(BigInteger)  # OR of the reasons seen
+    throttled: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

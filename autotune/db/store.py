@@ -20,7 +20,17 @@ from sqlalchemy.exc import IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune import records
-from autotune.db.models import CANDIDATE, CUBLAS, Base, Environment, Failure, Kernel, Measurement, Problem
+from autotune.db.models import (
+    CANDIDATE,
+    CUBLAS,
+    Base,
+    EnergyWindow,
+    Environment,
+    Failure,
+    Kernel,
+    Measurement,
+    Problem,
+)
 from autotune.errors import DatabaseError
 from autotune.problem import GemmProblem
 from autotune.space import Config
@@ -48,6 +58,21 @@ class BestRow:
     arch: str
     driver: str
     measured_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyRow:
+    """One energy window joined with the time of the measurement it belongs to."""
+
+    config_name: str  # "cublas" for the reference
+    median_ms: float
+    energy_per_gemm_j: float
+    energy_per_gemm_counter_j: float | None
+    mean_power_w: float
+    idle_power_w: float | None
+    sm_clock_mhz_mean: float | None
+    throttled: bool
+    study: str | None
 
 
 def default_url() -> str:
@@ -219,6 +244,60 @@ class ResultStore:
             )
 
         return self._insert(build)
+
+    def add_energy(self, measurement_id: int, window: records.EnergyWindow) -> int:
+        """Store an energy window for the measurement it belongs to; returns its id.
+
+        Raises:
+            DatabaseError: the write failed (for example, no such measurement).
+        """
+
+        def build(session: Session) -> EnergyWindow:
+            if session.get(Measurement, measurement_id) is None:
+                raise DatabaseError(f"no measurement {measurement_id} in '{self._shown}'")
+            return EnergyWindow(
+                measurement_id=measurement_id,
+                seconds=float(window.seconds),
+                launches=int(window.launches),
+                samples=int(window.samples),
+                mean_power_w=float(window.mean_power_w),
+                idle_power_w=_float(window.idle_power_w),
+                energy_per_gemm_j=float(window.energy_per_gemm_j),
+                energy_counter_j=_float(window.energy_counter_j),
+                energy_per_gemm_counter_j=_float(window.energy_per_gemm_counter_j),
+                sm_clock_mhz_mean=_float(window.sm_clock_mhz_mean),
+                sm_clock_mhz_min=_int(window.sm_clock_mhz_min),
+                temperature_c_max=_int(window.temperature_c_max),
+                throttle_reasons=_int(window.throttle_reasons),
+                throttled=bool(window.throttled),
+            )
+
+        return self._insert(build)
+
+    def energy(self, gpu_key: str, problem: GemmProblem) -> list[EnergyRow]:
+        """Every energy window for ``problem`` on ``gpu_key`` with its measurement's time, oldest first."""
+        query = (
+            select(EnergyWindow, Measurement, Kernel.name)
+            .join(Measurement, EnergyWindow.measurement_id == Measurement.id)
+            .outerjoin(Kernel, Measurement.kernel_id == Kernel.id)
+            .order_by(EnergyWindow.id)
+        )
+        query = _scope(query, gpu_key, problem, Measurement)
+        with self.session() as session:
+            return [
+                EnergyRow(
+                    config_name=name or CUBLAS,
+                    median_ms=window_measurement.median_ms,
+                    energy_per_gemm_j=window.energy_per_gemm_j,
+                    energy_per_gemm_counter_j=window.energy_per_gemm_counter_j,
+                    mean_power_w=window.mean_power_w,
+                    idle_power_w=window.idle_power_w,
+                    sm_clock_mhz_mean=window.sm_clock_mhz_mean,
+                    throttled=window.throttled,
+                    study=window_measurement.study,
+                )
+                for window, window_measurement, name in session.execute(query)
+            ]
 
     def best(self, gpu_key: str, problem: GemmProblem, limit: int = 10) -> list[BestRow]:
         """The fastest candidate kernels for exactly this problem on GPUs of ``gpu_key``.
@@ -396,6 +475,10 @@ def _one_line(exc: BaseException) -> str:
 def _resource_columns(resources: records.Resources | None) -> dict[str, int]:
     """The measurements columns named like the Resources fields; none without a ptxas report."""
     return {key: int(value) for key, value in dataclasses.asdict(resources).items()} if resources else {}
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _int(value: int | None) -> int | None:
