@@ -70,3 +70,34 @@ class Failure:
 
     failure_class: str  # a FailureClass value
     message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyWindow:
+    """Power and energy of one window of back-to-back GEMMs (about 1 s).
+
+    NVML refreshes power and the energy counter about every 100 ms on the H200,
+    so a 1 s window holds about 10 distinct readings; ``mean_power_w`` averages
+    every poll (repeats included), which weights each reading by how long it held.
+    """
+
+    seconds: float  # wall time from the first enqueue to the final synchronize
+    launches: int  # GEMMs run in the window
+    mean_power_w: float  # mean of the instantaneous power samples
+    energy_counter_j: float | None  # delta of the total-energy counter; None if unavailable
+    energy_per_gemm_j: float  # mean_power_w * seconds / launches
+    energy_per_gemm_counter_j: float | None  # energy_counter_j / launches
+    idle_power_w: float | None  # mean power with the GPU idle, sampled before the window
+    sm_clock_mhz_mean: float | None
+    sm_clock_mhz_min: int | None
+    temperature_c_max: int | None
+    throttle_reasons: int  # NVML clock-event reason bits seen in the window, OR-ed
+    throttled: bool  # a power-cap, thermal or hardware-slowdown reason was seen
+    samples: int  # power samples taken
+
+    def gflop_per_joule(self, flops: float, counter: bool = False) -> float:
+        """GFLOP per joule for GEMMs of ``flops`` each (from the energy counter if ``counter``)."""
+        joules = self.energy_per_gemm_counter_j if counter else self.energy_per_gemm_j
+        if joules is None:
+            raise ValueError("this window has no energy-counter reading")
+        return flops / 1e9 / joules if joules > 0 else float("inf")

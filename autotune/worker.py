@@ -11,7 +11,8 @@ CUDA. It talks to a child process through a pipe:
   no GPU and lets the whole path be tested on a CPU machine.
 
 Tasks are frozen dataclasses: :class:`KernelTask` (verify and time a compiled
-kernel), :class:`CublasTask` (verify and time cuBLAS on the same operands) and
+kernel), :class:`CublasTask` (verify and time cuBLAS on the same operands),
+:class:`EnergyTask` (power and energy per GEMM over a window of about 1 s) and
 :class:`ProbeTask` (simulated hang, crash or fault, for tests).
 """
 
@@ -32,7 +33,7 @@ import numpy
 from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import spec_for_device
 from autotune.problem import GemmProblem
-from autotune.records import Environment, Failure, Measurement, Resources, Timing
+from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
 
 SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 FAULT_EXIT_CODE = 70  # the child exits with this after a fault poisoned its context
@@ -40,6 +41,10 @@ PROBE_EXIT_CODE = 3  # ProbeTask("exit")
 CLOSE_WAIT_S = 5.0  # how long close() lets the child exit on its own
 REAP_WAIT_S = 30.0  # how long to wait for a killed child to go away
 MESSAGE_LIMIT = 500  # characters kept of an exception message
+ENERGY_BATCH_MS = 20.0  # GPU time of one batch (one graph replay) in an energy window
+MAX_BATCH_LAUNCHES = 10_000  # launches in one batch at most, however short a launch
+ENERGY_SETTLE_S = 0.2  # wait before the idle baseline: NVML still shows earlier work for ~100 ms
+ENERGY_WARMUP_S = 0.2  # unmeasured batches before an energy window, so power and clocks settle
 
 # CUDA status codes; the driver's CUresult and the runtime's cudaError_t agree on these.
 STICKY_FAULTS = {
@@ -104,6 +109,20 @@ class CublasTask:
     repeats: int
 
 
+@dataclasses.dataclass(frozen=True)
+class EnergyTask:
+    """Power and energy per GEMM over a window of back-to-back runs (not verified again).
+
+    ``kernel`` None means cuBLAS; otherwise the kernel's cubin, entry and launch
+    shape are used on this task's problem and seed (its warmup and repeats are not).
+    """
+
+    kernel: KernelTask | None
+    problem: GemmProblem
+    seed: int
+    seconds: float = 1.0
+
+
 PROBE_ACTIONS = ("ok", "sleep", "exit", "fault", "raise")
 
 
@@ -120,8 +139,8 @@ class ProbeTask:
             raise ValueError(f"ProbeTask action {self.action!r}: expected one of {', '.join(PROBE_ACTIONS)}")
 
 
-Task = KernelTask | CublasTask | ProbeTask
-Result = Measurement | Failure
+Task = KernelTask | CublasTask | EnergyTask | ProbeTask
+Result = Measurement | EnergyWindow | Failure
 
 
 def verification_problems(problem: GemmProblem) -> tuple[GemmProblem, GemmProblem]:
@@ -159,7 +178,7 @@ class Backend(Protocol):
         """Device description: name, arch, driver, cuda_runtime, nvrtc, cupy, properties."""
 
     def run(self, task: Task) -> Result:
-        """Run a KernelTask or CublasTask; may raise, see :meth:`classify`."""
+        """Run a KernelTask, CublasTask or EnergyTask; may raise, see :meth:`classify`."""
 
     def classify(self, exc: Exception) -> tuple[str, bool]:
         """``(failure class, worker still usable)`` for an exception from :meth:`run`."""
@@ -170,6 +189,8 @@ class FakeBackend:
 
     KERNEL_TFLOPS = 10.0
     CUBLAS_TFLOPS = 40.0
+    POWER_W = 600.0
+    IDLE_POWER_W = 120.0
 
     def __init__(self, device: int = 0):
         self.device = device
@@ -202,10 +223,24 @@ class FakeBackend:
             return _fixed_rate_measurement(task.problem, self.KERNEL_TFLOPS, task.resources)
         if isinstance(task, CublasTask):
             return _fixed_rate_measurement(task.problem, self.CUBLAS_TFLOPS, None)
+        if isinstance(task, EnergyTask):
+            return self._energy_window(task)
         raise TypeError(f"FakeBackend cannot run {type(task).__name__}")
 
     def classify(self, exc: Exception) -> tuple[str, bool]:
         return FailureClass.CRASH.value, True
+
+    def _energy_window(self, task: EnergyTask) -> EnergyWindow:
+        """A made-up window at POWER_W: fixed rate, 10 ms samples, no waiting."""
+        tflops = self.CUBLAS_TFLOPS if task.kernel is None else self.KERNEL_TFLOPS
+        launches = max(1, round(task.seconds * tflops * 1e12 / task.problem.flops))
+        joules = self.POWER_W * task.seconds
+        return EnergyWindow(
+            seconds=task.seconds, launches=launches, mean_power_w=self.POWER_W, energy_counter_j=joules,
+            energy_per_gemm_j=joules / launches, energy_per_gemm_counter_j=joules / launches,
+            idle_power_w=self.IDLE_POWER_W, sm_clock_mhz_mean=1980.0, sm_clock_mhz_min=1980,
+            temperature_c_max=50, throttle_reasons=0, throttled=False, samples=max(1, round(task.seconds / 0.01)),
+        )  # fmt: skip
 
 
 class UnavailableBackend:
@@ -234,6 +269,7 @@ class CupyBackend:
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
         self.stream.use()
         self.cache = measure.OperandCache()
+        self._power = None  # autotune.power.NvmlPower, opened by the first EnergyTask
 
     def hello(self) -> dict:
         runtime = self.cupy.cuda.runtime
@@ -254,6 +290,8 @@ class CupyBackend:
             return self._run_kernel(task)
         if isinstance(task, CublasTask):
             return self._run_cublas(task)
+        if isinstance(task, EnergyTask):
+            return self._run_energy(task)
         raise TypeError(f"CupyBackend cannot run {type(task).__name__}")
 
     def classify(self, exc: Exception) -> tuple[str, bool]:
@@ -266,9 +304,7 @@ class CupyBackend:
     # -- kernels ---------------------------------------------------------------------
 
     def _run_kernel(self, task: KernelTask) -> Result:
-        function = self._load(task)
-        operands = self.cache.operands(task.problem, task.seed)
-        launch = _KernelLaunch(function, task, operands, self.stream)
+        launch, operands = self._kernel_launch(task, task.problem, task.seed)
         worst = 0.0
         for problem in verification_problems(task.problem):
             ref, bound = self.cache.reference(problem, task.seed)
@@ -280,6 +316,12 @@ class CupyBackend:
             functools.partial(launch, task.problem, operands.out), warmup=task.warmup, repeats=task.repeats
         )
         return self._measurement(task.problem, timing, worst, task.resources)
+
+    def _kernel_launch(self, task: KernelTask, problem: GemmProblem, seed: int):
+        """``(launch, operands)``: the loaded kernel on the operands of ``problem`` and ``seed``."""
+        function = self._load(task)
+        operands = self.cache.operands(problem, seed)
+        return _KernelLaunch(function, task, operands, self.stream), operands
 
     def _load(self, task: KernelTask):
         module = self.cupy.cuda.function.Module()
@@ -305,9 +347,63 @@ class CupyBackend:
         check = self.measure.check(launch, problem, operands, ref, bound)
         if not check.passed:  # the bound is too tight if cuBLAS itself misses it
             return Failure(FailureClass.WRONG_ANSWER.value, f"cuBLAS: {check.describe()} ({_scalars(problem)})")
-        gemm = self.measure.CublasGemm(operands.a, operands.b, operands.out, problem.alpha, problem.beta)
-        timing = self.measure.time_launches(gemm, warmup=task.warmup, repeats=task.repeats)
+        timing = self.measure.time_launches(self._cublas_gemm(problem, task.seed), warmup=task.warmup,
+                                            repeats=task.repeats)  # fmt: skip
         return self._measurement(problem, timing, check.max_error, None)
+
+    def _cublas_gemm(self, problem: GemmProblem, seed: int):
+        """One cuBLAS GEMM of ``problem`` into the cached operands' output buffer."""
+        operands = self.cache.operands(problem, seed)
+        return self.measure.CublasGemm(operands.a, operands.b, operands.out, problem.alpha, problem.beta)
+
+    # -- energy ----------------------------------------------------------------------
+
+    def _run_energy(self, task: EnergyTask) -> Result:
+        """Idle baseline, then a window of ~20 ms batches: graph replays for a kernel, plain calls for cuBLAS."""
+        from autotune import power
+
+        if task.kernel is None:
+            launch = self._cublas_gemm(task.problem, task.seed)
+        else:
+            kernel_launch, operands = self._kernel_launch(task.kernel, task.problem, task.seed)
+            launch = functools.partial(kernel_launch, task.problem, operands.out)
+        meter = self._power_meter()
+        self.stream.synchronize()
+        idle_w = power.idle_power(meter, settle_s=ENERGY_SETTLE_S)
+        count = launches_per_batch(self._launch_ms(launch))
+        run_batch = _loop_batch(launch, count) if task.kernel is None else self._graph_batch(launch, count)
+        return power.measure_window(run_batch, meter, task.seconds, synchronize=self.stream.synchronize,
+                                    idle_w=idle_w, warmup_s=ENERGY_WARMUP_S)  # fmt: skip
+
+    def _launch_ms(self, launch: Callable[[], None], repeats: int = 3) -> float:
+        """Mean time of one launch after a warm-up launch, in ms."""
+        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+        launch()
+        start.record(self.stream)
+        for _ in range(repeats):
+            launch()
+        end.record(self.stream)
+        end.synchronize()
+        return self.cupy.cuda.get_elapsed_time(start, end) / repeats
+
+    def _graph_batch(self, launch: Callable[[], None], count: int) -> Callable[[], int]:
+        """``run_batch`` replaying a CUDA graph of ``count`` launches; replayed once here to warm it."""
+        graph = capture_graph(self.stream, launch, count)
+        graph.upload(self.stream)
+        graph.launch(self.stream)
+
+        def run_batch() -> int:
+            graph.launch(self.stream)
+            return count
+
+        return run_batch
+
+    def _power_meter(self):
+        if self._power is None:
+            from autotune.power import NvmlPower
+
+            self._power = NvmlPower(self.cupy.cuda.Device(self.device).pci_bus_id)
+        return self._power
 
     # -- shared ----------------------------------------------------------------------
 
@@ -346,6 +442,39 @@ class _KernelLaunch:
             numpy.float32(problem.alpha), numpy.float32(problem.beta),
         )  # fmt: skip
         self.function(self.task.grid, self.task.block, args, shared_mem=self.task.dynamic_smem, stream=self.stream)
+
+
+def launches_per_batch(launch_ms: float, batch_ms: float = ENERGY_BATCH_MS) -> int:
+    """How many launches take about ``batch_ms``: at least 1, at most MAX_BATCH_LAUNCHES."""
+    if launch_ms <= 0:
+        return MAX_BATCH_LAUNCHES
+    return max(1, min(MAX_BATCH_LAUNCHES, round(batch_ms / launch_ms)))
+
+
+def capture_graph(stream, launch: Callable[[], None], count: int):
+    """A CUDA graph of ``count`` calls of ``launch()`` captured on ``stream`` (the current stream)."""
+    stream.begin_capture()
+    try:
+        for _ in range(count):
+            launch()
+    except BaseException:
+        try:
+            stream.end_capture()  # leave capture mode; the launch's error is the one to report
+        except Exception:
+            pass
+        raise
+    return stream.end_capture()
+
+
+def _loop_batch(launch: Callable[[], None], count: int) -> Callable[[], int]:
+    """``run_batch`` enqueuing ``count`` plain calls (cuBLAS cannot be graph-captured here)."""
+
+    def run_batch() -> int:
+        for _ in range(count):
+            launch()
+        return count
+
+    return run_batch
 
 
 def _import_cupy():

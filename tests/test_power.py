@@ -1,0 +1,344 @@
+"""Energy windows: NVML readings through a fake NVML module, the worker's EnergyTask,
+and (marked ``gpu``) real windows of cuBLAS and a naive kernel."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import types
+
+import pytest
+
+from autotune.power import NvmlPower, PowerUnavailable, idle_power, measure_window, throttle_mask
+from autotune.problem import GemmProblem
+from autotune.records import EnergyWindow
+from autotune.worker import EnergyTask, GpuWorker, KernelTask, launches_per_batch
+
+REFRESH_S = 0.1  # the fake, like the H200, refreshes its power reading every 100 ms
+SW_POWER_CAP, GPU_IDLE, APP_CLOCKS = 0x4, 0x1, 0x2
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+class FakeNvml:
+    """The part of pynvml that NvmlPower uses, with power scripted over time.
+
+    Power follows ``watts`` (cycled), one value per 100 ms refresh from creation;
+    the energy counter (mJ) is the exact integral of that power.
+    """
+
+    NVMLError = FakeNvmlError
+    NVML_FI_DEV_POWER_INSTANT = 186
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+    nvmlClocksEventReasonGpuIdle = GPU_IDLE
+    nvmlClocksEventReasonApplicationsClocksSetting = APP_CLOCKS
+    nvmlClocksEventReasonSwPowerCap = SW_POWER_CAP
+    nvmlClocksEventReasonHwSlowdown = 0x8
+    nvmlClocksEventReasonSwThermalSlowdown = 0x20
+    nvmlClocksEventReasonHwThermalSlowdown = 0x40
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+
+    def __init__(self, watts=(550.0, 650.0), reasons=0, clocks=(1980, 1755), energy=True):
+        self.watts, self.reasons, self.clocks, self.energy = tuple(watts), reasons, tuple(clocks), energy
+        self.start = time.perf_counter()
+        self.opened = None
+        self.clock_calls = 0
+
+    def _power_w(self) -> float:
+        return self.watts[int((time.perf_counter() - self.start) / REFRESH_S) % len(self.watts)]
+
+    def _energy_j(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        steps, rest = divmod(elapsed, REFRESH_S)
+        steps = int(steps)
+        done = sum(self.watts[i % len(self.watts)] for i in range(steps)) * REFRESH_S
+        return done + self.watts[steps % len(self.watts)] * rest
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id):
+        self.opened = ("pci", bus_id)
+        return "handle"
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.opened = ("index", index)
+        return "handle"
+
+    def nvmlDeviceGetFieldValues(self, handle, field_ids):
+        assert field_ids == [self.NVML_FI_DEV_POWER_INSTANT]
+        value = types.SimpleNamespace(uiVal=int(self._power_w() * 1000))
+        return [types.SimpleNamespace(nvmlReturn=0, valueType=1, value=value)]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return int(self._power_w() * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.energy:
+            raise FakeNvmlError("not supported")
+        return int(self._energy_j() * 1000)
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        self.clock_calls += 1
+        return self.clocks[self.clock_calls % len(self.clocks)]
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 40 + self.clock_calls % 5
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.reasons
+
+
+class OldNamesNvml(FakeNvml):
+    """An older pynvml: no power field, throttle-reason names and function only."""
+
+    NVML_FI_DEV_POWER_INSTANT = None
+    nvmlClocksEventReasonSwPowerCap = None
+    nvmlClocksEventReasonHwSlowdown = None
+    nvmlClocksEventReasonSwThermalSlowdown = None
+    nvmlClocksEventReasonHwThermalSlowdown = None
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = None
+    nvmlClocksThrottleReasonSwPowerCap = SW_POWER_CAP
+    nvmlClocksThrottleReasonHwSlowdown = 0x8
+    nvmlClocksThrottleReasonSwThermalSlowdown = 0x20
+    nvmlClocksThrottleReasonHwThermalSlowdown = 0x40
+    nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x80
+    nvmlDeviceGetCurrentClocksEventReasons = None
+
+    def nvmlDeviceGetFieldValues(self, handle, field_ids):
+        raise AssertionError("the field is not defined here")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        return self.reasons
+
+
+class Batches:
+    """``run_batch``: sleeps like a 20 ms GPU batch of ``per_batch`` GEMMs and counts."""
+
+    def __init__(self, per_batch=5, batch_s=0.02):
+        self.per_batch, self.batch_s = per_batch, batch_s
+        self.counts: list[int] = []
+        self.synchronized = 0
+
+    def __call__(self) -> int:
+        time.sleep(self.batch_s)
+        self.counts.append(self.per_batch)
+        return self.per_batch
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+
+def _window(nvml, seconds=0.5, batches=None, **kwargs) -> tuple[EnergyWindow, Batches, float]:
+    batches = batches or Batches()
+    power = NvmlPower("0000:19:00.0", nvml=nvml)
+    started = time.perf_counter()
+    window = measure_window(batches, power, seconds=seconds, synchronize=batches.synchronize, **kwargs)
+    return window, batches, time.perf_counter() - started
+
+
+# -- NvmlPower ---------------------------------------------------------------------------
+
+
+def test_power_reads_the_instant_field_and_opens_by_bus_id():
+    nvml = FakeNvml(watts=(432.5,))
+    power = NvmlPower("0000:19:00.0", nvml=nvml)
+    assert nvml.opened == ("pci", "0000:19:00.0")
+    assert power.instant_w() == pytest.approx(432.5)
+    assert power.sm_clock_mhz() in (1980, 1755) and power.clock_event_reasons() == 0
+    assert power.energy_mj() >= 0
+
+
+def test_power_without_bus_id_opens_index_0():
+    nvml = FakeNvml()
+    NvmlPower(nvml=nvml)
+    assert nvml.opened == ("index", 0)
+
+
+def test_old_pynvml_names_fall_back():
+    nvml = OldNamesNvml(watts=(300.0,), reasons=SW_POWER_CAP)
+    power = NvmlPower(nvml=nvml)
+    assert power.instant_w() == pytest.approx(300.0)  # from nvmlDeviceGetPowerUsage
+    assert power.clock_event_reasons() == SW_POWER_CAP
+    assert throttle_mask(nvml) == throttle_mask(FakeNvml()) == 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def test_installed_pynvml_has_the_reason_names():
+    pynvml = pytest.importorskip("pynvml")
+    mask = throttle_mask(pynvml)
+    assert mask & SW_POWER_CAP and not mask & (GPU_IDLE | APP_CLOCKS)
+    assert hasattr(pynvml, "NVML_FI_DEV_POWER_INSTANT")
+
+
+def test_unreadable_power_is_power_unavailable():
+    nvml = OldNamesNvml()
+
+    def broken(handle):
+        raise FakeNvmlError("not supported")
+
+    nvml.nvmlDeviceGetPowerUsage = broken
+    power = NvmlPower(nvml=nvml)
+    with pytest.raises(PowerUnavailable):
+        power.instant_w()
+    with pytest.raises(PowerUnavailable):  # raised in the sampling thread, re-raised here
+        measure_window(Batches(), power, seconds=0.05)
+
+
+def test_unopenable_device_is_power_unavailable():
+    nvml = FakeNvml()
+
+    def missing(bus_id):
+        raise FakeNvmlError("not found")
+
+    nvml.nvmlDeviceGetHandleByPciBusId = missing
+    with pytest.raises(PowerUnavailable, match="cannot open"):
+        NvmlPower("0000:00:00.0", nvml=nvml)
+
+
+# -- measure_window ------------------------------------------------------------------------
+
+
+def test_window_mean_power_and_counter_energy_per_gemm():
+    window, batches, wall = _window(FakeNvml(watts=(550.0, 650.0)), seconds=0.5)
+    assert window.mean_power_w == pytest.approx(600.0, rel=0.03)  # 5 refreshes of 550/650 in 0.5 s
+    assert window.launches == sum(batches.counts) and batches.synchronized == len(batches.counts)
+    assert window.seconds >= 0.5 and wall >= window.seconds
+    assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.03)
+    assert window.energy_per_gemm_counter_j == pytest.approx(window.energy_counter_j / window.launches)
+    assert window.energy_per_gemm_j == pytest.approx(window.mean_power_w * window.seconds / window.launches)
+    assert window.samples >= 20  # polled every 10 ms; repeats of one reading are all kept
+    assert window.sm_clock_mhz_min == 1755 and 1755 <= window.sm_clock_mhz_mean <= 1980
+    assert 40 <= window.temperature_c_max <= 44
+    assert window.gflop_per_joule(2e9) == pytest.approx(2.0 / window.energy_per_gemm_j)
+
+
+def test_power_cap_reason_sets_throttled():
+    window, _, _ = _window(FakeNvml(reasons=SW_POWER_CAP | GPU_IDLE), seconds=0.1)
+    assert window.throttled and window.throttle_reasons == SW_POWER_CAP | GPU_IDLE
+
+
+@pytest.mark.parametrize("reasons", [0, GPU_IDLE, GPU_IDLE | APP_CLOCKS])
+def test_idle_or_clock_setting_reasons_are_not_throttling(reasons):
+    window, _, _ = _window(FakeNvml(reasons=reasons), seconds=0.1)
+    assert not window.throttled and window.throttle_reasons == reasons
+
+
+def test_window_lasts_at_least_seconds_even_with_long_batches():
+    window, batches, wall = _window(FakeNvml(), seconds=0.25, batches=Batches(per_batch=3, batch_s=0.1))
+    assert window.seconds >= 0.25 and len(batches.counts) == 3 and window.launches == 9
+
+
+def test_warmup_batches_are_not_counted():
+    batches = Batches(per_batch=2)
+    window, _, wall = _window(FakeNvml(), seconds=0.2, batches=batches, warmup_s=0.1)
+    assert window.launches < sum(batches.counts) and wall >= 0.3
+    assert window.seconds < wall
+
+
+def test_missing_energy_counter_gives_none():
+    window, _, _ = _window(FakeNvml(energy=False), seconds=0.1)
+    assert window.energy_counter_j is None and window.energy_per_gemm_counter_j is None
+    assert window.energy_per_gemm_j > 0
+    with pytest.raises(ValueError, match="energy-counter"):
+        window.gflop_per_joule(1e9, counter=True)
+
+
+def test_a_window_needs_launches_and_time():
+    power = NvmlPower(nvml=FakeNvml())
+    with pytest.raises(ValueError, match="0 launches"):
+        measure_window(lambda: 0, power, seconds=0.05)
+    with pytest.raises(ValueError, match="seconds"):
+        measure_window(Batches(), power, seconds=0)
+
+
+def test_idle_power_is_the_mean_of_idle_readings():
+    power = NvmlPower(nvml=FakeNvml(watts=(120.0, 130.0)))
+    started = time.perf_counter()
+    assert idle_power(power, seconds=0.4, settle_s=0.05) == pytest.approx(125.0, rel=0.02)
+    assert time.perf_counter() - started >= 0.45
+
+
+def test_idle_baseline_is_recorded_with_the_window():
+    window, _, _ = _window(FakeNvml(), seconds=0.05, idle_w=123.0)
+    assert window.idle_power_w == 123.0
+
+
+def test_launches_per_batch_aims_at_20_ms():
+    assert launches_per_batch(2.0) == 10
+    assert launches_per_batch(0.215) == 93
+    assert launches_per_batch(50.0) == 1
+    assert launches_per_batch(1e-6) == 10_000 and launches_per_batch(0.0) == 10_000
+
+
+# -- through the worker (fake backend) -----------------------------------------------------
+
+
+def test_fake_backend_answers_energy_tasks():
+    problem = GemmProblem(4096, 4096, 4096)
+    kernel = KernelTask(b"\0cubin", "k", (1, 1, 1), (128, 1, 1), 0, problem, seed=1, warmup=1, repeats=3)
+    with GpuWorker(backend="fake", start_timeout_s=60) as worker:
+        cublas = worker.run(EnergyTask(None, problem, seed=1), timeout_s=10)
+        custom = worker.run(EnergyTask(kernel, problem, seed=1, seconds=2.0), timeout_s=10)
+    for window in (cublas, custom):
+        assert isinstance(window, EnergyWindow), window
+        assert window.launches > 0 and window.mean_power_w > window.idle_power_w and not window.throttled
+        assert window.energy_per_gemm_j == pytest.approx(window.mean_power_w * window.seconds / window.launches)
+    assert custom.seconds == 2.0 and custom.energy_per_gemm_j > cublas.energy_per_gemm_j  # slower, same power
+    assert cublas.gflop_per_joule(problem.flops) == pytest.approx(40e12 / 600.0 / 1e9, rel=0.01)
+
+
+# -- real GPU ------------------------------------------------------------------------------
+
+NAIVE = r"""
+extern "C" __global__ void naive(const float* A, const float* B, float* C, int M, int N, int K,
+                                 float alpha, float beta) {
+    int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= M || c >= N) return;
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s += A[r * K + k] * B[k * N + c];
+    C[r * N + c] = beta == 0.f ? alpha * s : alpha * s + beta * C[r * N + c];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    with GpuWorker(backend="cupy") as worker:
+        yield worker
+
+
+@pytest.mark.gpu
+def test_gpu_cublas_sgemm_4096_energy_repeats_within_5_percent(gpu):
+    problem = GemmProblem(4096, 4096, 4096)
+    windows = [gpu.run(EnergyTask(None, problem, seed=1), timeout_s=120) for _ in range(3)]
+    assert all(isinstance(w, EnergyWindow) for w in windows), windows
+    energies = [w.energy_per_gemm_j for w in windows]
+    spread = (max(energies) - min(energies)) / statistics.median(energies)
+    assert spread < 0.05, (energies, windows)
+    for w in windows:
+        assert w.seconds >= 1.0 and w.samples >= 50 and w.mean_power_w > w.idle_power_w, w
+        assert 0.1 < w.energy_per_gemm_j < 20.0, w  # about 1.8 J measured on the H200
+
+
+@pytest.mark.gpu
+def test_gpu_naive_kernel_window_draws_more_than_idle(gpu):
+    from cupy.cuda import nvrtc
+
+    program = nvrtc.createProgram(NAIVE, "power_test.cu", [], [])
+    try:
+        nvrtc.compileProgram(program, [f"--gpu-architecture={gpu.environment().arch}"])
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    problem = GemmProblem(1024, 1024, 1024)
+    kernel = KernelTask(cubin, "naive", (64, 64, 1), (16, 16, 1), 0, problem, seed=2, warmup=1, repeats=3)
+    window = gpu.run(EnergyTask(kernel, problem, seed=2), timeout_s=120)
+    assert isinstance(window, EnergyWindow), window
+    assert window.launches > 0 and window.mean_power_w > window.idle_power_w, window
+    assert window.seconds >= 1.0 and window.energy_per_gemm_j > 0
