@@ -342,3 +342,84 @@ def test_gpu_naive_kernel_window_draws_more_than_idle(gpu):
     assert isinstance(window, EnergyWindow), window
     assert window.launches > 0 and window.mean_power_w > window.idle_power_w, window
     assert window.seconds >= 1.0 and window.energy_per_gemm_j > 0
+
+
+# -- CupyBackend's energy wiring, on fakes of CuPy (no GPU) --------------------------------
+
+
+class FakeStream:
+    def __init__(self):
+        self.capturing, self.captured, self.replays, self.syncs = False, 0, 0, 0
+
+    def begin_capture(self):
+        self.capturing = True
+        self.captured = 0
+
+    def end_capture(self):
+        self.capturing = False
+        stream = self
+
+        class Graph:
+            nodes = self.captured
+
+            def upload(self, s):
+                assert s is stream
+
+            def launch(self, s):
+                assert s is stream
+                stream.replays += 1
+
+        return Graph()
+
+    def synchronize(self):
+        self.syncs += 1
+
+
+def _fake_backend(monkeypatch, launch_ms: float):
+    from autotune import worker
+
+    monkeypatch.setattr(worker, "ENERGY_SETTLE_S", 0.0)
+    monkeypatch.setattr(worker, "ENERGY_WARMUP_S", 0.0)
+    backend = object.__new__(worker.CupyBackend)
+    stream = backend.stream = FakeStream()
+    event = types.SimpleNamespace(record=lambda s: None, synchronize=lambda: None)
+    cuda = types.SimpleNamespace(Event=lambda: event, get_elapsed_time=lambda a, b: 3 * launch_ms)
+    backend.cupy = types.SimpleNamespace(cuda=cuda)
+    backend.device = 0
+    operands = types.SimpleNamespace(a="A", b="B", out="OUT")
+    backend.cache = types.SimpleNamespace(operands=lambda problem, seed: operands)
+    calls = {"kernel": 0, "cublas": 0}
+
+    def function(grid, block, args, shared_mem, stream):
+        calls["kernel"] += 1
+        stream.captured += stream.capturing
+
+    def cublas_gemm(a, b, out, alpha, beta):
+        def gemm():
+            calls["cublas"] += 1
+            assert not stream.capturing
+
+        return gemm
+
+    backend._load = lambda task: function
+    backend.measure = types.SimpleNamespace(CublasGemm=cublas_gemm)
+    backend._power = NvmlPower(nvml=FakeNvml())
+    return backend, stream, calls
+
+
+def test_cupy_backend_kernel_energy_replays_a_graph_of_about_20_ms(monkeypatch):
+    backend, stream, calls = _fake_backend(monkeypatch, launch_ms=2.0)
+    problem = GemmProblem(256, 256, 256)
+    kernel = KernelTask(b"", "k", (16, 16, 1), (16, 16, 1), 0, problem, seed=1, warmup=1, repeats=3)
+    window = backend.run(EnergyTask(kernel, problem, seed=1, seconds=0.1))
+    assert isinstance(window, EnergyWindow)
+    assert calls["kernel"] == 4 + 10  # 1 warm-up + 3 timed, then 10 captured
+    assert window.launches == 10 * (stream.replays - 1)  # one replay warms the graph
+    assert window.idle_power_w is not None
+
+
+def test_cupy_backend_cublas_energy_loops_plain_calls(monkeypatch):
+    backend, stream, calls = _fake_backend(monkeypatch, launch_ms=0.5)
+    window = backend.run(EnergyTask(None, GemmProblem(256, 256, 256), seed=1, seconds=0.05))
+    assert isinstance(window, EnergyWindow) and stream.replays == 0
+    assert window.launches % 40 == 0 and calls["cublas"] == 4 + window.launches
