@@ -336,3 +336,31 @@ def test_a_0001_database_upgrades_with_its_rows_intact(tmp_path):
         tables = inspect(session.connection()).get_table_names()
         version = session.execute(text("select version_num from autotune_alembic_version")).scalar_one()
     assert "energy_windows" in tables and version == HEAD_REVISION
+
+
+def window(power_w: float, launches: int, seconds: float = 1.0, throttled: bool = False):
+    from autotune.records import EnergyWindow
+
+    return EnergyWindow(seconds=seconds, launches=launches, mean_power_w=power_w, energy_counter_j=power_w * 0.98,
+                        energy_per_gemm_j=power_w * seconds / launches,
+                        energy_per_gemm_counter_j=power_w * 0.98 / launches, idle_power_w=124.0,
+                        sm_clock_mhz_mean=1500.0, sm_clock_mhz_min=1470, temperature_c_max=60,
+                        throttle_reasons=4 if throttled else 0, throttled=throttled, samples=100)
+
+
+def test_energy_windows_round_trip_with_their_measurements(store):
+    fast = store.add_measurement(ENV, PROBLEM, config(128), "h", measurement(1.0), "s")
+    ref = store.add_measurement(ENV, PROBLEM, None, None, measurement(0.8), "s")
+    store.add_energy(fast, window(700.0, 1000, throttled=True))
+    store.add_energy(ref, window(650.0, 1250))
+    rows = store.energy("h200", PROBLEM)
+    assert [r.config_name for r in rows] == [config(128).name, "cublas"]
+    assert rows[0].median_ms == 1.0 and rows[0].energy_per_gemm_j == pytest.approx(0.7)
+    assert rows[0].throttled and not rows[1].throttled
+    assert rows[1].energy_per_gemm_counter_j == pytest.approx(650.0 * 0.98 / 1250)
+    assert store.energy("t4", PROBLEM) == []
+
+
+def test_energy_window_needs_its_measurement(store):
+    with pytest.raises(DatabaseError, match="no measurement 999"):
+        store.add_energy(999, window(500.0, 10))
