@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from autotune import __version__
 from autotune.errors import AutotuneError, GpuMismatchError, InputError
 from autotune.gpus import AUTO, GPUS, GpuSpec, gpu_spec
+from autotune.objective import Point, make_objective, pareto_front
 from autotune.problem import DTYPES, GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
 from autotune.space import SearchSpace, Verdict, families_for_dtype, load_space
@@ -62,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
     search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
     search.add_argument("--repeats", type=int, default=30, help="timed launches per candidate (default 30)")
+    search.add_argument("--objective", default="time",
+                        help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
+                             "or pareto (the time/energy front)")
     search.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
                         help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
     search.set_defaults(run=cmd_search)
@@ -73,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(query)
     query.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
     query.add_argument("--limit", type=int, default=10, help="rows to show (default 10)")
+    query.add_argument("--objective", default="time",
+                       help="order by time (default) or energy, or show the pareto front of time and energy")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(run=cmd_query)
 
@@ -250,6 +257,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     _positive("--timeout", args.timeout)
     _positive("--repeats", args.repeats)
     _positive("--jobs", args.jobs)
+    make_objective(args.objective)
     store = _open_store(args.db)
 
     from autotune.study import Search, SearchSettings
@@ -264,7 +272,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             raise InputError("--gpu", args.gpu, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
         space = _family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
-                                  jobs=args.jobs, repeats=args.repeats)
+                                  jobs=args.jobs, repeats=args.repeats, objective=args.objective)
         print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
               f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}", file=sys.stderr)
         progress = ProgressLine()
@@ -291,7 +299,22 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
     print("  " + " ".join(f"{k}={v}" for k, v in result.best_config.params))
     print(f"  {best_ms:.4f} ms, {result.best.tflops:.1f} TFLOP/s, {ratio_text(best_ms, cublas_ms)} cuBLAS "
           f"({cublas_ms:.4f} ms, {problem.tflops(cublas_ms):.1f} TFLOP/s), measured side by side in this run")
+    if result.best_window and result.cublas_window:
+        for label, window in (("best", result.best_window), ("cuBLAS", result.cublas_window)):
+            print(f"  {label}: {_energy_text(window, problem)}")
+    if result.front:
+        print(f"time/energy front ({len(result.front)} points):")
+        print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"],
+                    [[p.config_name, p.ms, p.mj, p.window.mean_power_w, p.window.sm_clock_mhz_mean,
+                      "yes" if p.window.throttled else "no"] for p in result.front]))
     print(f"results: {url}")
+
+
+def _energy_text(window, problem: GemmProblem) -> str:
+    throttled = ", throttled" if window.throttled else ""
+    return (f"{window.energy_per_gemm_j * 1e3:.2f} mJ per GEMM at {window.mean_power_w:.0f} W "
+            f"(idle {window.idle_power_w or 0:.0f} W), {window.gflop_per_joule(problem.flops):.1f} GFLOP/J, "
+            f"SM {window.sm_clock_mhz_mean or 0:.0f} MHz{throttled}")
 
 
 # -- query -------------------------------------------------------------------------
@@ -301,7 +324,11 @@ def cmd_query(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
     gpu = gpu_spec(args.gpu) if args.gpu.lower() != AUTO else _offline_gpu(args.gpu)
     _positive("--limit", args.limit)
+    if args.objective not in ("time", "energy", "pareto"):
+        raise InputError("--objective", args.objective, "time, energy or pareto")
     store = _open_store(args.db)
+    if args.objective != "time":
+        return _query_energy(store, gpu, problem, args)
     rows = store.best(gpu.key, problem, limit=args.limit)
     if args.json:
         print(json.dumps([{
@@ -317,6 +344,35 @@ def cmd_query(args: argparse.Namespace) -> int:
     print(table(["config", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
                 [[r.config_name, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms), r.driver,
                   str(r.measured_at)[:19]] for r in rows]))
+    return 0
+
+
+def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Namespace) -> int:
+    """Energy windows for a shape: the most frugal first, or the time/energy front."""
+    rows = store.energy(gpu.key, problem)
+    candidates = [r for r in rows if r.config_name != "cublas"]
+    cublas = [r for r in rows if r.config_name == "cublas"]
+    if args.objective == "pareto":
+        by_point = {Point(r.median_ms, r.energy_per_gemm_j * 1e3): r for r in candidates}
+        shown = [by_point[p] for p in pareto_front(list(by_point))]
+    else:
+        shown = sorted(candidates, key=lambda r: r.energy_per_gemm_j)[: args.limit]
+    reference = cublas[-1] if cublas else None
+    if args.json:
+        print(json.dumps({
+            "objective": args.objective,
+            "rows": [dataclasses.asdict(r) for r in shown],
+            "cublas": dataclasses.asdict(reference) if reference else None,
+        }, indent=2))
+        return 0
+    if not shown:
+        print(f"no energy measurements for {gpu.key} {problem.shape} {problem.dtype} in {store.url}")
+        return 0
+    title = "time/energy front" if args.objective == "pareto" else "most frugal configs"
+    print(f"{title} for {gpu.key} {problem.shape} {problem.dtype} ({store.url}):")
+    table_rows = [[r.config_name, r.median_ms, r.energy_per_gemm_j * 1e3, r.mean_power_w, r.sm_clock_mhz_mean,
+                   "yes" if r.throttled else "no"] for r in shown + ([reference] if reference else [])]
+    print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"], table_rows))
     return 0
 
 

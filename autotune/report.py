@@ -71,4 +71,11 @@ class ProgressLine:
             return f"{head} no verified config yet"
         tflops = progress.problem.tflops(progress.best_ms)
         ratio = ratio_text(progress.best_ms, progress.cublas_ms)
-        return f"{head} best {tflops:.1f} TFLOP/s ({progress.best_ms:.4f} ms) = {ratio} cuBLAS"
+        text = f"{head} best {tflops:.1f} TFLOP/s ({progress.best_ms:.4f} ms) = {ratio} cuBLAS"
+        if progress.best_mj is not None:
+            text += f"; least energy {progress.best_mj:.2f} mJ"
+            if progress.cublas_mj:
+                text += f" (cuBLAS {progress.cublas_mj:.2f})"
+        if progress.front > 1:
+            text += f"; front {progress.front} points"
+        return text

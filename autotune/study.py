@@ -9,6 +9,9 @@ check resources -> GPU worker (verify, time) -> record -> tell.
 * A config already evaluated in the study is answered from its earlier result.
 * The study lives in the results database (Optuna's own tables), so running
   the same search again resumes it until the budget is reached.
+* With an energy objective (``energy``, ``edp``, ``pareto``) cuBLAS and the
+  candidates that could improve the objective also get an NVML energy window
+  of about a second; :mod:`autotune.objective` says how that is decided.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from autotune.compile import CompiledKernel, CompileFailure, CompilePool
 from autotune.db import ResultStore
 from autotune.errors import FailureClass
 from autotune.gpus import GpuSpec
+from autotune.objective import Objective, Point, make_objective, pareto_front
 from autotune.problem import GemmProblem
-from autotune.records import Environment, Failure, Measurement
+from autotune.records import EnergyWindow, Environment, Failure, Measurement
 from autotune.render import render
 from autotune.space import Config, SearchSpace
-from autotune.worker import CublasTask, GpuWorker, KernelTask
+from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask
 
 STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
 FINAL_REPEAT_FACTOR = 3  # the closing side-by-side measurement times 3x as many launches
@@ -45,6 +49,8 @@ class SearchSettings:
     repeats: int = 30
     jobs: int | None = None  # compile processes
     max_asks_per_trial: int = 50  # give up when the sampler keeps proposing infeasible configs
+    objective: str = "time"  # time, energy, edp or pareto (autotune.objective)
+    energy_seconds: float = 1.0  # length of an energy window
 
 
 @dataclasses.dataclass
@@ -58,6 +64,19 @@ class Progress:
     cublas_ms: float
     problem: GemmProblem
     last: str = ""
+    best_mj: float | None = None  # the least measured energy per GEMM (energy objectives)
+    cublas_mj: float | None = None
+    front: int = 0  # points on the time/energy front (pareto)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontPoint:
+    """A config on the time/energy front, with what its energy window saw."""
+
+    config_name: str
+    ms: float
+    mj: float
+    window: EnergyWindow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,14 +87,19 @@ class SearchResult:
     best: Measurement | None
     cublas: Measurement
     failures: dict[str, int]
+    objective: str = "time"
+    best_window: EnergyWindow | None = None  # energy objectives: the closing windows
+    cublas_window: EnergyWindow | None = None
+    front: tuple[FrontPoint, ...] = ()  # pareto: every measured point of the front
 
 
-def study_name(space: SearchSpace, env: Environment, problem: GemmProblem) -> str:
-    """One study per family, GPU, problem and template version."""
-    return (
+def study_name(space: SearchSpace, env: Environment, problem: GemmProblem, objective: str = "time") -> str:
+    """One study per family, GPU, problem, template version and objective."""
+    name = (
         f"{space.family}/{env.gpu_key}/{problem.shape}/{problem.dtype}/"
         f"alpha{problem.alpha:g}/beta{problem.beta:g}/{space.template_hash}"
     )
+    return name if objective == "time" else f"{name}/{objective}"
 
 
 class Search:
@@ -95,7 +119,9 @@ class Search:
         self.store, self.worker, self.settings = store, worker, settings
         self.on_progress = on_progress
         self.env = worker.environment()
-        self.name = study_name(space, self.env, problem)
+        self.objective: Objective = make_objective(settings.objective)
+        self.name = study_name(space, self.env, problem, settings.objective)
+        self.windows: dict[str, EnergyWindow] = {}  # config name -> its energy window, this run
         self.distributions = {
             knob: optuna.distributions.CategoricalDistribution(values) for knob, values in space.knobs.items()
         }
@@ -105,11 +131,12 @@ class Search:
 
     def run(self) -> SearchResult:
         started = time.monotonic()
-        cublas = self._reference()
+        cublas, cublas_window = self._reference()
         study = self._study()
         known = self._known_results(study)
         evaluated = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(STAGE) == "gpu")
-        progress = Progress(evaluated, self.settings.trials, None, None, cublas.timing.median_ms, self.problem)
+        progress = Progress(evaluated, self.settings.trials, None, None, cublas.timing.median_ms, self.problem,
+                            cublas_mj=_mj(cublas_window))
         self._update_best(study, progress)
         self.on_progress(progress)
         asks = 0
@@ -128,14 +155,16 @@ class Search:
                 futures = [(trial, config, pool.submit(render(self.space, config, self.gpu), self.gpu.sm))
                            for trial, config in batch]
                 for trial, config, future in futures:
-                    outcome = self._evaluate(config, _compiled(future), cublas)
-                    self._tell(study, trial, config, outcome, known)
+                    task = self._kernel_task(config, _compiled(future))
+                    outcome = task if isinstance(task, Failure) else self.worker.run(
+                        task, timeout_s=self._candidate_timeout(cublas))
+                    self._tell(study, trial, config, outcome, known, task)
                     if isinstance(outcome, Measurement) or _reached_gpu(outcome):
                         progress.evaluated += 1
                     progress.last = config.name
                     self._update_best(study, progress)
                     self.on_progress(progress)
-            return self._result(study, progress, cublas, pool)
+            return self._result(study, progress, pool)
 
     def _ask_batch(self, study, known, wanted: int, ask_budget: int):
         """Ask until ``wanted`` new feasible configs; rejected and repeated ones are told at once."""
@@ -163,8 +192,8 @@ class Search:
 
     # -- one candidate -----------------------------------------------------------
 
-    def _evaluate(self, config: Config, compiled, cublas: Measurement, repeats: int | None = None
-                  ) -> Measurement | Failure:
+    def _kernel_task(self, config: Config, compiled, repeats: int | None = None) -> KernelTask | Failure:
+        """The GPU task for a compiled config, or why it cannot run."""
         if isinstance(compiled, CompileFailure):
             return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
         launch = self.space.launch(config, self.gpu, self.problem)
@@ -172,7 +201,7 @@ class Search:
         violation = resource_violation(resources, launch.block[0], self.gpu, launch.opt_in)
         if violation:
             return Failure(FailureClass.RESOURCE.value, violation)
-        task = KernelTask(
+        return KernelTask(
             cubin=compiled.cubin,
             entry=compiled.entry,
             grid=launch.grid,
@@ -184,20 +213,31 @@ class Search:
             repeats=repeats or self.settings.repeats,
             resources=resources,
         )
-        return self.worker.run(task, timeout_s=self._candidate_timeout(cublas))
 
     def _candidate_timeout(self, cublas: Measurement) -> float:
         """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
         launches = self.settings.warmup + self.settings.repeats + 4
         return 15.0 + 50.0 * launches * cublas.timing.median_ms / 1e3
 
-    def _reference(self, repeats: int | None = None) -> Measurement:
+    def _energy_window(self, kernel: KernelTask | None) -> EnergyWindow | Failure:
+        task = EnergyTask(kernel, self.problem, self.settings.seed, self.settings.energy_seconds)
+        return self.worker.run(task, timeout_s=60.0 + 10.0 * self.settings.energy_seconds)
+
+    def _reference(self, repeats: int | None = None) -> tuple[Measurement, EnergyWindow | None]:
+        """cuBLAS timed (and, for energy objectives, metered) in this run."""
         task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, repeats or self.settings.repeats)
         result = self.worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
             raise RuntimeError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
-        self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
-        return result
+        measurement_id = self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
+        if not self.objective.uses_energy:
+            return result, None
+        window = self._energy_window(None)
+        if isinstance(window, Failure):
+            raise RuntimeError(f"cuBLAS energy window failed: {window.failure_class}: {window.message}")
+        self.store.add_energy(measurement_id, window)
+        self.objective.observe(result.timing.median_ms, None, window.mean_power_w)  # the power floor only
+        return result, window
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -207,36 +247,47 @@ class Search:
             seed=self.settings.seed, multivariate=True, constant_liar=True, n_startup_trials=16
         )
         study = optuna.create_study(
-            study_name=self.name, storage=self.store.url, sampler=sampler, direction="minimize", load_if_exists=True
+            study_name=self.name, storage=self.store.url, sampler=sampler,
+            directions=list(self.objective.directions), load_if_exists=True,
         )
         if not study.get_trials(deepcopy=False):
             for seed in self.space.seeds:
                 study.enqueue_trial(seed.as_dict())
         return study
 
-    def _known_results(self, study: optuna.Study) -> dict[str, float | None]:
-        """Config name -> median ms (None for a GPU failure) of configs already evaluated."""
-        known: dict[str, float | None] = {}
+    def _known_results(self, study: optuna.Study) -> dict[str, tuple[float, ...] | None]:
+        """Config name -> objective values (None for a GPU failure) of configs already evaluated.
+
+        Also replays earlier measurements into the objective (its front and power floor).
+        """
+        known: dict[str, tuple[float, ...] | None] = {}
         for trial in study.get_trials(deepcopy=False):
-            name = trial.user_attrs.get("config")
-            if name and trial.user_attrs.get(STAGE) == "gpu":
-                known[name] = trial.value if trial.state == optuna.trial.TrialState.COMPLETE else None
+            name, attrs = trial.user_attrs.get("config"), trial.user_attrs
+            if not name or attrs.get(STAGE) != "gpu":
+                continue
+            complete = trial.state == optuna.trial.TrialState.COMPLETE
+            known[name] = tuple(trial.values) if complete else None
+            if complete and "ms" in attrs:
+                self.objective.observe(attrs["ms"], attrs.get("energy_mj"), attrs.get("power_w"))
         return known
 
-    def _repeat(self, study, trial, value: float | None) -> None:
-        if value is None:
+    def _repeat(self, study, trial, values: tuple[float, ...] | None) -> None:
+        if values is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
-            study.tell(trial, value)
+            study.tell(trial, list(values))
 
-    def _tell(self, study, trial, config: Config, outcome: Measurement | Failure, known: dict) -> None:
+    def _tell(self, study, trial, config: Config, outcome: Measurement | Failure, known: dict,
+              task: KernelTask | Failure | None = None) -> None:
         trial.set_user_attr("config", config.name)
         if isinstance(outcome, Measurement):
+            measurement_id = self.store.add_measurement(
+                self.env, self.problem, config, self.space.template_hash, outcome, self.name)
+            values = self._values(trial, config, outcome, task, measurement_id)
             trial.set_user_attr(STAGE, "gpu")
             trial.set_user_attr("tflops", outcome.tflops)
-            self.store.add_measurement(self.env, self.problem, config, self.space.template_hash, outcome, self.name)
-            study.tell(trial, outcome.timing.median_ms)
-            known[config.name] = outcome.timing.median_ms
+            study.tell(trial, list(values))
+            known[config.name] = values
             return
         stage = "gpu" if _reached_gpu(outcome) else (
             "rejected" if outcome.failure_class == FailureClass.REJECTED.value else "compile")
@@ -251,34 +302,90 @@ class Search:
         else:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
 
+    def _values(self, trial, config: Config, measurement: Measurement, task, measurement_id: int):
+        """The objective values of a measured candidate, metering its energy where it matters."""
+        ms = measurement.timing.median_ms
+        trial.set_user_attr("ms", ms)
+        mj = None
+        if self.objective.uses_energy and isinstance(task, KernelTask) and self.objective.wants_window(ms):
+            window = self._energy_window(task)
+            if isinstance(window, Failure):
+                trial.set_user_attr("energy_failure", f"{window.failure_class}: {window.message}"[:500])
+            else:
+                self.store.add_energy(measurement_id, window)
+                self.windows[config.name] = window
+                mj = _mj(window)
+                trial.set_user_attr("energy_mj", mj)
+                trial.set_user_attr("power_w", window.mean_power_w)
+                trial.set_user_attr("throttled", window.throttled)
+                self.objective.observe(ms, mj, window.mean_power_w)
+        if self.objective.uses_energy and mj is None:
+            trial.set_user_attr("energy_estimated", True)
+        return self.objective.values(ms, mj)
+
+    def _gpu_trials(self, study: optuna.Study) -> list:
+        return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get(STAGE) == "gpu" and "ms" in t.user_attrs]
+
     def _update_best(self, study: optuna.Study, progress: Progress) -> None:
-        completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                     if t.user_attrs.get(STAGE) == "gpu"]
-        if completed:
-            best = min(completed, key=lambda t: t.value)
-            progress.best_ms, progress.best_name = best.value, best.user_attrs.get("config")
+        trials = self._gpu_trials(study)
+        if not trials:
+            return
+        fastest = min(trials, key=lambda t: t.user_attrs["ms"])
+        progress.best_ms, progress.best_name = fastest.user_attrs["ms"], fastest.user_attrs.get("config")
+        metered = [t.user_attrs["energy_mj"] for t in trials if "energy_mj" in t.user_attrs]
+        progress.best_mj = min(metered) if metered else None
+        progress.front = len(pareto_front(self.objective.points))
 
     def _out_of_time(self, started: float) -> bool:
         return self.settings.timeout_s is not None and time.monotonic() - started > self.settings.timeout_s
 
-    def _result(self, study: optuna.Study, progress: Progress, cublas: Measurement, pool: CompilePool) -> SearchResult:
+    def _best_trial(self, study: optuna.Study):
+        """The trial to report: the fastest for time and pareto, the least objective value otherwise."""
+        trials = self._gpu_trials(study)
+        if self.objective.name in ("time", "pareto"):
+            return min(trials, key=lambda t: t.user_attrs["ms"])
+        return min(trials, key=lambda t: t.values[0])
+
+    def _result(self, study: optuna.Study, progress: Progress, pool: CompilePool) -> SearchResult:
         """Measure the best config and cuBLAS again, side by side, for the reported ratio."""
-        if not progress.best_name:
-            return SearchResult(self.name, progress.evaluated, None, None, cublas, dict(self.failures))
-        best_trial = min(
-            (t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-             if t.user_attrs.get(STAGE) == "gpu"),
-            key=lambda t: t.value,
-        )
-        config = self.space.config(best_trial.params)
+        failures = dict(self.failures)
+        if not self._gpu_trials(study):
+            cublas, window = self._reference()
+            return SearchResult(self.name, progress.evaluated, None, None, cublas, failures,
+                                self.objective.name, cublas_window=window)
+        config = self.space.config(self._best_trial(study).params)
         compiled = pool.submit(render(self.space, config, self.gpu), self.gpu.sm).result()
         repeats = FINAL_REPEAT_FACTOR * self.settings.repeats
-        final_cublas = self._reference(repeats)
-        final = self._evaluate(config, compiled, final_cublas, repeats)
-        if isinstance(final, Measurement):
-            self.store.add_measurement(self.env, self.problem, config, self.space.template_hash, final, self.name)
-            return SearchResult(self.name, progress.evaluated, config, final, final_cublas, dict(self.failures))
-        raise RuntimeError(f"the best config {config.name} failed when measured again: {final.message}")
+        final_cublas, cublas_window = self._reference(repeats)
+        task = self._kernel_task(config, compiled, repeats)
+        final = task if isinstance(task, Failure) else self.worker.run(
+            task, timeout_s=self._candidate_timeout(final_cublas))
+        if isinstance(final, Failure):
+            raise RuntimeError(f"the best config {config.name} failed when measured again: {final.message}")
+        measurement_id = self.store.add_measurement(
+            self.env, self.problem, config, self.space.template_hash, final, self.name)
+        best_window = None
+        if self.objective.uses_energy:
+            best_window = self._energy_window(task)
+            if isinstance(best_window, Failure):
+                raise RuntimeError(f"energy window of {config.name} failed: {best_window.message}")
+            self.store.add_energy(measurement_id, best_window)
+        return SearchResult(self.name, progress.evaluated, config, final, final_cublas, failures,
+                            self.objective.name, best_window, cublas_window, self._front(study))
+
+    def _front(self, study: optuna.Study) -> tuple[FrontPoint, ...]:
+        """Measured points on the time/energy front (pareto), from this run's windows."""
+        if self.objective.name != "pareto":
+            return ()
+        metered = [t for t in self._gpu_trials(study) if "energy_mj" in t.user_attrs]
+        points = {Point(t.user_attrs["ms"], t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
+        return tuple(FrontPoint(points[p], p.ms, p.mj, self.windows[points[p]])
+                     for p in pareto_front(list(points)) if points[p] in self.windows)
+
+
+def _mj(window: EnergyWindow | None) -> float | None:
+    return None if window is None else window.energy_per_gemm_j * 1e3
 
 
 def _compiled(future) -> CompiledKernel | CompileFailure:

@@ -2,7 +2,8 @@
 # The project's GPU check, run on an H200 from the repository root.
 #
 #   bench/h200.sh tests                 the GPU test suite (pytest -m gpu)
-#   bench/h200.sh search SIZE:TRIALS[:DTYPE]...  searches, e.g. 4096:150 1024:100:f16 (f32 default)
+#   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]...  searches, e.g. 4096:150 1024:100:f16
+#                                       4096:60:f16:pareto (f32 and time by default)
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #
 # Several modes may follow each other. Logs and the results database go to
@@ -35,10 +36,10 @@ while [ $# -gt 0 ]; do
         ;;
     search)
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            IFS=: read -r size trials dtype <<< "$1"; shift
-            dtype=${dtype:-f32}
-            python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --trials "$trials" --db "$DB" \
-                2>&1 | tee "$OUT/search_${dtype}_$size.log" || status=1
+            IFS=: read -r size trials dtype objective <<< "$1"; shift
+            dtype=${dtype:-f32}; objective=${objective:-time}
+            python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --trials "$trials" \
+                --objective "$objective" --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_$objective.log" || status=1
         done
         ;;
     mismatch)
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE]..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -139,3 +139,32 @@ def test_space_f16_picks_the_family_the_gpu_can_run(gpu, family):
     report = json.loads(result.stdout)
     assert report["family"] == family and report["feasible"] > 0
     assert report["compiled"][0]["status"] == "ok"
+
+
+def test_pareto_search_and_energy_queries_with_the_fake_backend(tmp_path):
+    db = f"sqlite:///{tmp_path}/results.db"
+    search = autotune("search", "--gpu", "h200", "--shape", "96x64x32", "--backend", "fake", "--db", db,
+                      "--jobs", "2", "--trials", "3", "--objective", "pareto")
+    assert search.returncode == 0, search.stderr
+    assert "/pareto: 3 configs evaluated" in search.stdout
+    assert "mJ per GEMM" in search.stdout and "cuBLAS:" in search.stdout
+    assert "time/energy front" in search.stdout
+
+    front = autotune("query", "--gpu", "h200", "--shape", "96x64x32", "--db", db, "--objective", "pareto", "--json")
+    assert front.returncode == 0, front.stderr
+    report = json.loads(front.stdout)
+    assert report["rows"] and report["cublas"]["config_name"] == "cublas"
+    assert all(r["energy_per_gemm_j"] > 0 and r["mean_power_w"] > 0 for r in report["rows"])
+
+    frugal = autotune("query", "--gpu", "h200", "--shape", "96x64x32", "--db", db, "--objective", "energy")
+    assert frugal.returncode == 0 and "most frugal configs" in frugal.stdout
+
+    time_study = autotune("search", "--gpu", "h200", "--shape", "96x64x32", "--backend", "fake", "--db", db,
+                          "--jobs", "2", "--trials", "1")
+    assert "alpha1/beta0/" in time_study.stdout and "/pareto" not in time_study.stdout  # its own study
+
+
+@pytest.mark.parametrize("command", ["search", "query"])
+def test_bad_objective_is_one_line(command, tmp_path):
+    args = [command, "--gpu", "h200", "--shape", "64", "--objective", "speed", "--db", f"sqlite:///{tmp_path}/r.db"]
+    assert_one_line_error(autotune(*args), "'speed'")
