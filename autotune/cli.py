@@ -83,6 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(run=cmd_query)
 
+    results = sub.add_parser(
+        "results", help="export or import tuned results as JSON lines (tuned_db/)",
+        epilog="example: autotune results import tuned_db/h200.jsonl",
+    )
+    results.add_argument("action", choices=["export", "import"])
+    results.add_argument("files", nargs="*", help="import: tuned-results files")
+    results.add_argument("--gpu", help="export: the GPU whose results to write")
+    results.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
+    results.add_argument("--per-problem", type=int, default=10, help="export: kernels per problem (default 10)")
+    results.set_defaults(run=cmd_results)
+
     gpus = sub.add_parser("gpus", help="list the GPU models autotune knows", epilog="example: autotune gpus")
     gpus.set_defaults(run=cmd_gpus)
     return parser
@@ -373,6 +384,31 @@ def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Name
     table_rows = [[r.config_name, r.median_ms, r.energy_per_gemm_j * 1e3, r.mean_power_w, r.sm_clock_mhz_mean,
                    "yes" if r.throttled else "no"] for r in shown + ([reference] if reference else [])]
     print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"], table_rows))
+    return 0
+
+
+# -- results -----------------------------------------------------------------------
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune import tuned
+
+    if args.action == "export":
+        if not args.gpu or args.files:
+            raise InputError("results export", " ".join(args.files) or "(no --gpu)", "--gpu NAME and no files")
+        gpu = gpu_spec(args.gpu)
+        _positive("--per-problem", args.per_problem)
+        lines = tuned.export(_open_store(args.db), gpu.key, sys.stdout, args.per_problem)
+        print(f"exported {lines} measurements for {gpu.key}", file=sys.stderr)
+        return 0
+    if not args.files:
+        raise InputError("results import", "(no files)", "one or more tuned-results files, e.g. tuned_db/h200.jsonl")
+    store = _open_store(args.db)
+    for path in map(Path, args.files):
+        added, present = tuned.import_file(store, path)
+        print(f"{path}: {added} measurements added, {present} already present ({store.url})")
     return 0
 
 

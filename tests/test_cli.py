@@ -168,3 +168,17 @@ def test_pareto_search_and_energy_queries_with_the_fake_backend(tmp_path):
 def test_bad_objective_is_one_line(command, tmp_path):
     args = [command, "--gpu", "h200", "--shape", "64", "--objective", "speed", "--db", f"sqlite:///{tmp_path}/r.db"]
     assert_one_line_error(autotune(*args), "'speed'")
+
+
+def test_shipped_results_import_and_query_offline(tmp_path):
+    db = f"sqlite:///{tmp_path}/r.db"
+    imported = autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db)
+    assert imported.returncode == 0, imported.stderr
+    assert "measurements added" in imported.stdout
+    query = autotune("query", "--gpu", "h200", "--shape", "4096", "--db", db, "--json")
+    rows = json.loads(query.stdout)
+    assert rows[0]["config"].startswith("sgemm_bm128_bn256_bk16") and 0.9 < rows[0]["ratio_to_cublas"] < 1.1
+    exported = autotune("results", "export", "--gpu", "h200", "--db", db, "--per-problem", "1")
+    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 8  # 4 shapes x (cuBLAS + best)
+    assert_one_line_error(autotune("results", "import", "--db", db), "tuned_db/h200.jsonl")
+    assert_one_line_error(autotune("results", "export", "--db", db), "--gpu")

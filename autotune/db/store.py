@@ -182,6 +182,7 @@ class ResultStore:
         template_hash: str | None,
         measurement: records.Measurement,
         study: str | None,
+        measured_at: dt.datetime | None = None,
     ) -> int:
         """Store a verified measurement and return its id.
 
@@ -189,6 +190,7 @@ class ResultStore:
             config: the candidate's Config, or None for the cuBLAS reference.
             template_hash: identifies the kernel template the candidate was built from.
             study: the search (Optuna study name) it belongs to, if any.
+            measured_at: when it was measured, for imported results (default: now).
 
         Raises:
             DatabaseError: the write failed.
@@ -214,6 +216,7 @@ class ResultStore:
                 throttle_reasons=_int(measurement.throttle_reasons),
                 temperature_c=_int(measurement.temperature_c),
                 **_resource_columns(resources),
+                **({"created_at": measured_at} if measured_at else {}),
             )
 
         return self._insert(build)
@@ -273,6 +276,55 @@ class ResultStore:
             )
 
         return self._insert(build)
+
+    def export_rows(self, gpu_key: str, per_problem: int = 10) -> list[dict]:
+        """The best ``per_problem`` kernels of each problem on ``gpu_key`` (each at its best
+        measurement) and the latest cuBLAS reference, as plain dicts (see autotune.tuned).
+        """
+        query = (
+            select(Measurement, Environment, Problem, Kernel)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .join(Problem, Measurement.problem_id == Problem.id)
+            .outerjoin(Kernel, Measurement.kernel_id == Kernel.id)
+            .where(Environment.gpu_key == gpu_key)
+            .order_by(Measurement.id)
+        )
+        best: dict[tuple, tuple] = {}  # (problem id, kernel id or None) -> row
+        with self.session() as session:
+            for row in session.execute(query):
+                measurement, _, problem, kernel = row
+                key = (problem.id, kernel.id if kernel else None)
+                held = best.get(key)
+                if kernel is None or held is None or measurement.median_ms < held[0].median_ms:
+                    best[key] = tuple(row)  # cuBLAS: the latest; kernels: the fastest
+            rows = []
+            for problem_id in sorted({key[0] for key in best}):
+                kernels = sorted((row for key, row in best.items() if key[0] == problem_id and key[1] is not None),
+                                 key=lambda row: row[0].median_ms)[:per_problem]
+                reference = [row for key, row in best.items() if key == (problem_id, None)]
+                rows += [_export_row(*row) for row in reference + kernels]
+        return rows
+
+    def has_measurement(self, env: records.Environment, problem: GemmProblem, config: Config | None,
+                        template_hash: str | None, median_ms: float) -> bool:
+        """Whether this exact measurement is already stored (imports stay idempotent)."""
+        with self.session() as session:
+            environment = _find(session, Environment, dataclasses.asdict(env))
+            stored_problem = _find(session, Problem, _problem_fields(problem))
+            if environment is None or stored_problem is None:
+                return False
+            kernel_id = None
+            if config is not None:
+                kernel = _find(session, Kernel, {"family": config.family, "name": config.name,
+                                                 "template_hash": template_hash})
+                if kernel is None:
+                    return False
+                kernel_id = kernel.id
+            query = select(func.count()).select_from(Measurement).where(
+                Measurement.environment_id == environment.id, Measurement.problem_id == stored_problem.id,
+                Measurement.kernel_id.is_(None) if kernel_id is None else Measurement.kernel_id == kernel_id,
+                Measurement.median_ms == float(median_ms))
+            return session.scalar(query) > 0
 
     def energy(self, gpu_key: str, problem: GemmProblem) -> list[EnergyRow]:
         """Every energy window for ``problem`` on ``gpu_key`` with its measurement's time, oldest first."""
@@ -475,6 +527,30 @@ def _one_line(exc: BaseException) -> str:
 def _resource_columns(resources: records.Resources | None) -> dict[str, int]:
     """The measurements columns named like the Resources fields; none without a ptxas report."""
     return {key: int(value) for key, value in dataclasses.asdict(resources).items()} if resources else {}
+
+
+def _export_row(measurement: Measurement, environment: Environment, problem: Problem, kernel: Kernel | None) -> dict:
+    return {
+        "environment": {column: getattr(environment, column) for column in
+                        ("gpu_key", "gpu_name", "arch", "driver", "cuda_runtime", "nvrtc", "cupy")},
+        "problem": {column: getattr(problem, column) for column in ("m", "n", "k", "dtype", "layout", "alpha", "beta")},
+        "family": kernel.family if kernel else None,
+        "params": json.loads(kernel.params_json) if kernel else None,
+        "template_hash": kernel.template_hash if kernel else None,
+        "timing_ms": {"median": measurement.median_ms, "min": measurement.min_ms, "max": measurement.max_ms,
+                      "q25": measurement.q25_ms, "q75": measurement.q75_ms,
+                      "samples": json.loads(measurement.samples_json)},
+        "tflops": measurement.tflops,
+        "max_error": measurement.max_error,
+        "sm_clock_mhz": measurement.sm_clock_mhz,
+        "throttle_reasons": measurement.throttle_reasons,
+        "temperature_c": measurement.temperature_c,
+        "resources": None if measurement.registers is None else {
+            column: getattr(measurement, column) for column in
+            ("registers", "smem_static", "smem_dynamic", "spill_stores", "spill_loads", "stack_frame")},
+        "study": measurement.study,
+        "measured_at": _utc(measurement.created_at).isoformat(),
+    }
 
 
 def _float(value: float | None) -> float | None:
