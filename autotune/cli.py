@@ -17,6 +17,7 @@ from autotune.errors import AutotuneError, GpuMismatchError, InputError
 from autotune.gpus import AUTO, GPUS, GpuSpec, gpu_spec
 from autotune.objective import Point, make_objective, pareto_front
 from autotune.problem import DTYPES, GemmProblem, make_problem
+from autotune.records import Measurement
 from autotune.report import ProgressLine, ratio_text, table
 from autotune.space import SearchSpace, Verdict, families_for_dtype, load_space
 
@@ -82,6 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="order by time (default) or energy, or show the pareto front of time and energy")
     query.add_argument("--json", action="store_true", help="machine-readable output")
     query.set_defaults(run=cmd_query)
+
+    ladder = sub.add_parser(
+        "ladder", help="naive -> tiled -> coarsened -> tensor cores -> tuned, measured side by side",
+        epilog="example: autotune ladder --gpu h200 --dtype f16 --shape 4096",
+    )
+    ladder.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO}")
+    ladder.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
+    ladder.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    ladder.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
+    ladder.add_argument("--repeats", type=int, default=20, help="timed launches per rung (default 20)")
+    ladder.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
+                        help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
+    ladder.set_defaults(run=cmd_ladder)
 
     results = sub.add_parser(
         "results", help="export or import tuned results as JSON lines (tuned_db/)",
@@ -384,6 +398,47 @@ def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Name
     table_rows = [[r.config_name, r.median_ms, r.energy_per_gemm_j * 1e3, r.mean_power_w, r.sm_clock_mhz_mean,
                    "yes" if r.throttled else "no"] for r in shown + ([reference] if reference else [])]
     print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"], table_rows))
+    return 0
+
+
+# -- ladder ------------------------------------------------------------------------
+
+
+def cmd_ladder(args: argparse.Namespace) -> int:
+    from autotune.ladder import climb
+    from autotune.worker import GpuWorker
+
+    problem = make_problem(args.shape, args.dtype)
+    requested = None if args.gpu.lower() == AUTO else gpu_spec(args.gpu)
+    _positive("--repeats", args.repeats)
+    store = _open_store(args.db)
+    with GpuWorker(backend=args.backend) as worker:
+        env = worker.environment()
+        if requested is not None and requested.key != env.gpu_key:
+            raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)
+        gpu = requested or GPUS.get(env.gpu_key)
+        if gpu is None:
+            raise InputError("--gpu", args.gpu, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
+        rungs, cublas = climb(worker, store, gpu, problem, repeats=args.repeats)
+    cublas_ms = cublas.timing.median_ms
+    print(f"ladder for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), driver {env.driver}, "
+          f"CUDA {env.cuda_runtime}, CuPy {env.cupy}; every rung verified against cuBLAS")
+    rows, previous = [], None
+    for rung in rungs:
+        if isinstance(rung.outcome, Measurement):
+            ms = rung.outcome.timing.median_ms
+            speedup = f"{previous / ms:.2f}x" if previous else "-"
+            rows.append([rung.label, ms, rung.outcome.tflops, speedup, ratio_text(ms, cublas_ms)])
+            previous = ms
+        else:
+            why = "no tuned result in the database: run autotune search first" if rung.outcome is None \
+                else f"{rung.outcome.failure_class}: {rung.outcome.message}"
+            rows.append([rung.label, None, None, "-", why])
+    rows.append(["cuBLAS", cublas_ms, cublas.tflops, "-", "1.000x"])
+    print(table(["step", "ms", "TFLOP/s", "vs previous", "vs cuBLAS"], rows))
+    for rung in rungs:
+        if rung.config is not None:
+            print(f"  {rung.label}: {rung.config.name}")
     return 0
 
 

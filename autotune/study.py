@@ -193,26 +193,8 @@ class Search:
     # -- one candidate -----------------------------------------------------------
 
     def _kernel_task(self, config: Config, compiled, repeats: int | None = None) -> KernelTask | Failure:
-        """The GPU task for a compiled config, or why it cannot run."""
-        if isinstance(compiled, CompileFailure):
-            return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
-        launch = self.space.launch(config, self.gpu, self.problem)
-        resources = dataclasses.replace(compiled.resources, smem_dynamic=launch.dynamic_smem)
-        violation = resource_violation(resources, launch.block[0], self.gpu, launch.opt_in)
-        if violation:
-            return Failure(FailureClass.RESOURCE.value, violation)
-        return KernelTask(
-            cubin=compiled.cubin,
-            entry=compiled.entry,
-            grid=launch.grid,
-            block=launch.block,
-            dynamic_smem=launch.dynamic_smem,
-            problem=self.problem,
-            seed=self.settings.seed,
-            warmup=self.settings.warmup,
-            repeats=repeats or self.settings.repeats,
-            resources=resources,
-        )
+        return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,
+                           self.settings.warmup, repeats or self.settings.repeats)
 
     def _candidate_timeout(self, cublas: Measurement) -> float:
         """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
@@ -382,6 +364,21 @@ class Search:
         points = {Point(t.user_attrs["ms"], t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
         return tuple(FrontPoint(points[p], p.ms, p.mj, self.windows[points[p]])
                      for p in pareto_front(list(points)) if points[p] in self.windows)
+
+
+def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | CompileFailure, gpu: GpuSpec,
+                problem: GemmProblem, seed: int, warmup: int, repeats: int) -> KernelTask | Failure:
+    """The GPU task that verifies and times a compiled config, or why it cannot run."""
+    if isinstance(compiled, CompileFailure):
+        return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
+    launch = space.launch(config, gpu, problem)
+    resources = dataclasses.replace(compiled.resources, smem_dynamic=launch.dynamic_smem)
+    violation = resource_violation(resources, launch.block[0], gpu, launch.opt_in)
+    if violation:
+        return Failure(FailureClass.RESOURCE.value, violation)
+    return KernelTask(cubin=compiled.cubin, entry=compiled.entry, grid=launch.grid, block=launch.block,
+                      dynamic_smem=launch.dynamic_smem, problem=problem, seed=seed, warmup=warmup,
+                      repeats=repeats, resources=resources)
 
 
 def _mj(window: EnergyWindow | None) -> float | None:

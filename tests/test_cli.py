@@ -182,3 +182,20 @@ def test_shipped_results_import_and_query_offline(tmp_path):
     assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 8  # 4 shapes x (cuBLAS + best)
     assert_one_line_error(autotune("results", "import", "--db", db), "tuned_db/h200.jsonl")
     assert_one_line_error(autotune("results", "export", "--db", db), "--gpu")
+
+
+def test_ladder_with_the_fake_backend_ends_with_the_tuned_config(tmp_path):
+    db = f"sqlite:///{tmp_path}/r.db"
+    before = autotune("ladder", "--gpu", "h200", "--dtype", "f32", "--shape", "128", "--backend", "fake", "--db", db)
+    assert before.returncode == 0, before.stderr
+    assert "naive" in before.stdout and "register blocking" in before.stdout
+    assert "no tuned result in the database" in before.stdout
+    search = autotune("search", "--gpu", "h200", "--shape", "128", "--backend", "fake", "--db", db,
+                      "--trials", "2", "--jobs", "2")
+    assert search.returncode == 0, search.stderr
+    after = autotune("ladder", "--gpu", "h200", "--dtype", "f32", "--shape", "128", "--backend", "fake", "--db", db)
+    assert after.returncode == 0, after.stderr
+    tuned_line = next(line for line in after.stdout.splitlines() if line.startswith("  tuned"))
+    assert "sgemm_" in tuned_line
+    assert_one_line_error(autotune("ladder", "--gpu", "t4", "--shape", "128", "--backend", "fake", "--db", db),
+                          "--gpu t4")

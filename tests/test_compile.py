@@ -128,3 +128,17 @@ def test_mma_family_is_the_fp16_default_where_it_runs():
     mma = load_space("hgemm_mma")
     assert not list(mma.feasible(gpu_spec("t4")))  # m16n8k16 needs sm_80
     assert mma.check(mma.seeds[0], gpu_spec("t4")).reason == "mma.sync m16n8k16 needs sm_80 or newer (t4 is sm_75)"
+
+
+@pytest.mark.parametrize("dtype, gpu", [("f32", "t4"), ("f32", "h200"), ("f16", "t4"), ("f16", "h200")])
+def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
+    from autotune.ladder import LADDERS
+
+    spec = gpu_spec(gpu)
+    for step in LADDERS[dtype]:
+        space = load_space(step.family)
+        config = space.config(step.params)
+        assert space.dtype == dtype
+        assert space.check(config, spec).feasible, (step.label, space.check(config, spec).reason)
+        compiled = compile_kernel(render(space, config, spec), spec.sm)
+        assert not isinstance(compiled, CompileFailure), (step.label, compiled.message)
