@@ -18,7 +18,7 @@ from autotune.db import ResultStore
 from autotune.errors import InputError
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Resources, Timing
-from autotune.space import Config, load_space
+from autotune.space import load_space
 
 
 def export(store: ResultStore, gpu_key: str, stream: TextIO, per_problem: int = 10) -> int:

@@ -126,7 +126,7 @@ def test_search_refuses_a_gpu_that_is_not_attached(tmp_path):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ("space", "search", "query", "gpus"):
+    for command in ("space", "search", "query", "ladder", "results", "gpus"):
         result = autotune(command, "--help")
         assert result.returncode == 0
         assert "example: autotune " + command in result.stdout

@@ -1,0 +1,41 @@
+"""The ``autotune`` command line: space, search, query, ladder, results, gpus.
+
+One module per command, each with ``register(subparsers)`` and ``run(args)``.
+Any :class:`AutotuneError` becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from autotune import __version__
+from autotune.cli import gpus, ladder, query, results, search, space
+from autotune.cli.arguments import EXIT_USAGE, OneLineParser
+from autotune.errors import AutotuneError
+
+COMMANDS = (space, search, query, ladder, results, gpus)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="autotune", description="Autotune CUDA GEMM kernels per shape and GPU.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except AutotuneError as error:
+        print(f"autotune: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("autotune: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into a reader that stopped early (head, less)
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,98 @@
+"""Arguments and checks shared by the ``autotune`` commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.errors import GpuMismatchError, InputError
+from autotune.gpus import AUTO, GPUS, GpuSpec, gpu_spec
+from autotune.problem import DTYPES
+from autotune.records import Environment
+from autotune.space import SearchSpace, families_for_dtype, load_space
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"autotune: error: {message}\n")
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True) -> None:
+    """--gpu, --shape, --dtype (and --family)."""
+    parser.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    parser.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
+    parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    if family:
+        parser.add_argument("--family", help="kernel family (default: the one for --dtype)")
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
+
+
+def add_backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
+                        help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
+
+
+def requested_gpu(name: str) -> GpuSpec | None:
+    """The GPU named by ``--gpu`` for a GPU command; None for ``auto`` (the attached one)."""
+    return None if name.lower() == AUTO else gpu_spec(name)
+
+
+def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str) -> GpuSpec:
+    """The spec of the GPU the worker found; an error if it is not the one asked for."""
+    if requested is not None and requested.key != env.gpu_key:
+        raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)
+    gpu = requested or GPUS.get(env.gpu_key)
+    if gpu is None:
+        raise InputError("--gpu", name, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
+    return gpu
+
+
+def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
+    """``--family``, or the highest-priority family for ``--dtype`` that can run on ``gpu``."""
+    if args.family:
+        space = load_space(args.family)
+        if space.dtype != args.dtype:
+            raise InputError("--family", args.family, f"a family for {args.dtype}: "
+                             + ", ".join(families_for_dtype(args.dtype)))
+        return space
+    families = families_for_dtype(args.dtype)
+    if not families:
+        raise InputError("--dtype", args.dtype, "a dtype with a search space: "
+                         + ", ".join(sorted({load_space(f).dtype for f in all_families()})))
+    for family in families:
+        space = load_space(family)
+        if next(iter(space.feasible(gpu)), None) is not None:
+            return space
+    return load_space(families[0])
+
+
+def all_families() -> list[str]:
+    from autotune.data_files import data_dir
+
+    return sorted(p.stem for p in data_dir("search_spaces").glob("*.toml"))
+
+
+def offline_gpu(name: str) -> GpuSpec:
+    """``--gpu`` for offline commands: a named model, or ``auto`` through NVML."""
+    if name.lower() != AUTO:
+        return gpu_spec(name)
+    from autotune.detect import attached_gpu
+
+    return attached_gpu()
+
+
+def require_positive(what: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
+        raise InputError(what, value, "a number > 0")
+
+
+def open_store(url: str | None):
+    from autotune.db import ResultStore, default_url
+
+    return ResultStore(url or default_url())

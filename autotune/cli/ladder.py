@@ -1,0 +1,64 @@
+"""``autotune ladder``: naive to tensor cores to tuned, each rung verified and timed next to cuBLAS."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli.arguments import (
+    add_backend_argument,
+    add_db_argument,
+    add_problem_arguments,
+    attached_gpu_spec,
+    open_store,
+    requested_gpu,
+    require_positive,
+)
+from autotune.problem import make_problem
+from autotune.records import Measurement
+from autotune.report import ratio_text, table
+
+
+def register(sub) -> None:
+    ladder = sub.add_parser(
+        "ladder", help="naive -> tiled -> coarsened -> tensor cores -> tuned, measured side by side",
+        epilog="example: autotune ladder --gpu h200 --dtype f16 --shape 4096",
+    )
+    add_problem_arguments(ladder, family=False)
+    add_db_argument(ladder)
+    ladder.add_argument("--repeats", type=int, default=20, help="timed launches per rung (default 20)")
+    add_backend_argument(ladder)
+    ladder.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from autotune.ladder import climb
+    from autotune.worker import GpuWorker
+
+    problem = make_problem(args.shape, args.dtype)
+    requested = requested_gpu(args.gpu)
+    require_positive("--repeats", args.repeats)
+    store = open_store(args.db)
+    with GpuWorker(backend=args.backend) as worker:
+        env = worker.environment()
+        gpu = attached_gpu_spec(requested, env, args.gpu)
+        rungs, cublas = climb(worker, store, gpu, problem, repeats=args.repeats)
+    cublas_ms = cublas.timing.median_ms
+    print(f"ladder for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), driver {env.driver}, "
+          f"CUDA {env.cuda_runtime}, CuPy {env.cupy}; every rung verified against cuBLAS")
+    rows, previous = [], None
+    for rung in rungs:
+        if isinstance(rung.outcome, Measurement):
+            ms = rung.outcome.timing.median_ms
+            speedup = f"{previous / ms:.2f}x" if previous else "-"
+            rows.append([rung.label, ms, rung.outcome.tflops, speedup, ratio_text(ms, cublas_ms)])
+            previous = ms
+        else:
+            why = "no tuned result in the database: run autotune search first" if rung.outcome is None \
+                else f"{rung.outcome.failure_class}: {rung.outcome.message}"
+            rows.append([rung.label, None, None, "-", why])
+    rows.append(["cuBLAS", cublas_ms, cublas.tflops, "-", "1.000x"])
+    print(table(["step", "ms", "TFLOP/s", "vs previous", "vs cuBLAS"], rows))
+    for rung in rungs:
+        if rung.config is not None:
+            print(f"  {rung.label}: {rung.config.name}")
+    return 0

@@ -1,0 +1,104 @@
+"""``autotune search``: an Optuna study on the attached GPU."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autotune.cli.arguments import (
+    add_backend_argument,
+    add_db_argument,
+    add_problem_arguments,
+    attached_gpu_spec,
+    family_space,
+    open_store,
+    requested_gpu,
+    require_positive,
+)
+from autotune.gpus import GPUS
+from autotune.objective import make_objective
+from autotune.problem import GemmProblem, make_problem
+from autotune.report import ProgressLine, ratio_text, table
+
+
+def register(sub) -> None:
+    search = sub.add_parser(
+        "search", help="search for the fastest kernel on the attached GPU",
+        epilog="example: autotune search --gpu h200 --shape 4096 --dtype f32 --trials 150",
+    )
+    add_problem_arguments(search)
+    search.add_argument("--trials", type=int, default=100, help="GPU evaluations in the study (default 100)")
+    search.add_argument("--timeout", type=float, help="stop this run after S seconds")
+    add_db_argument(search)
+    search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
+    search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
+    search.add_argument("--repeats", type=int, default=30, help="timed launches per candidate (default 30)")
+    search.add_argument("--objective", default="time",
+                        help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
+                             "or pareto (the time/energy front)")
+    add_backend_argument(search)
+    search.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = make_problem(args.shape, args.dtype)
+    requested = requested_gpu(args.gpu)
+    family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
+    require_positive("--trials", args.trials)
+    require_positive("--timeout", args.timeout)
+    require_positive("--repeats", args.repeats)
+    require_positive("--jobs", args.jobs)
+    make_objective(args.objective)
+    store = open_store(args.db)
+
+    from autotune.study import Search, SearchSettings
+    from autotune.worker import GpuWorker
+
+    with GpuWorker(backend=args.backend) as worker:
+        env = worker.environment()
+        gpu = attached_gpu_spec(requested, env, args.gpu)
+        space = family_space(args, gpu)
+        settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
+                                  jobs=args.jobs, repeats=args.repeats, objective=args.objective)
+        print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
+              f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}", file=sys.stderr)
+        progress = ProgressLine()
+        search = Search(space, gpu, problem, store, worker, settings, on_progress=progress)
+        try:
+            result = search.run()
+        finally:
+            progress.finish()
+
+    _print_result(result, problem, store.url)
+    return 0
+
+
+def _print_result(result, problem: GemmProblem, url: str) -> None:
+    cublas_ms = result.cublas.timing.median_ms
+    print(f"study {result.study_name}: {result.evaluated} configs evaluated on the GPU")
+    if result.failures:
+        print("failures: " + ", ".join(f"{name} {n}" for name, n in sorted(result.failures.items())))
+    if result.best is None:
+        print(f"no config verified; cuBLAS {cublas_ms:.4f} ms ({problem.tflops(cublas_ms):.1f} TFLOP/s)")
+        return
+    best_ms = result.best.timing.median_ms
+    print(f"best: {result.best_config.name}")
+    print("  " + " ".join(f"{k}={v}" for k, v in result.best_config.params))
+    print(f"  {best_ms:.4f} ms, {result.best.tflops:.1f} TFLOP/s, {ratio_text(best_ms, cublas_ms)} cuBLAS "
+          f"({cublas_ms:.4f} ms, {problem.tflops(cublas_ms):.1f} TFLOP/s), measured side by side in this run")
+    if result.best_window and result.cublas_window:
+        for label, window in (("best", result.best_window), ("cuBLAS", result.cublas_window)):
+            print(f"  {label}: {_energy_text(window, problem)}")
+    if result.front:
+        print(f"time/energy front ({len(result.front)} points):")
+        print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"],
+                    [[p.config_name, p.ms, p.mj, p.window.mean_power_w, p.window.sm_clock_mhz_mean,
+                      "yes" if p.window.throttled else "no"] for p in result.front]))
+    print(f"results: {url}")
+
+
+def _energy_text(window, problem: GemmProblem) -> str:
+    throttled = ", throttled" if window.throttled else ""
+    return (f"{window.energy_per_gemm_j * 1e3:.2f} mJ per GEMM at {window.mean_power_w:.0f} W "
+            f"(idle {window.idle_power_w or 0:.0f} W), {window.gflop_per_joule(problem.flops):.1f} GFLOP/J, "
+            f"SM {window.sm_clock_mhz_mean or 0:.0f} MHz{throttled}")

@@ -1,0 +1,133 @@
+"""``autotune space``: enumerate a search space, compile a sample offline, report resources."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+
+from autotune.cli.arguments import add_problem_arguments, family_space, offline_gpu
+from autotune.errors import InputError
+from autotune.gpus import GpuSpec
+from autotune.problem import GemmProblem, make_problem
+from autotune.report import table
+from autotune.space import SearchSpace, Verdict
+
+
+def register(sub) -> None:
+    space = sub.add_parser(
+        "space", help="enumerate and compile a search space offline (no GPU needed)",
+        epilog="example: autotune space --gpu t4 --shape 4096 --compile 16",
+    )
+    add_problem_arguments(space)
+    space.add_argument("--compile", default="24", metavar="N|all",
+                       help="how many feasible configs to compile and report (default 24; seeds first)")
+    space.add_argument("--json", action="store_true", help="machine-readable output")
+    space.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    gpu = offline_gpu(args.gpu)
+    problem = make_problem(args.shape, args.dtype)
+    space = family_space(args, gpu)
+    limit = _compile_limit(args.compile)
+
+    verdicts = list(space.verdicts(gpu, problem))
+    feasible = [v for v in verdicts if v.feasible]
+    rejected = _group_rejections(space, verdicts)
+    chosen = _sample(space, feasible, limit)
+    compiled = _compile_report(space, gpu, problem, chosen)
+
+    if args.json:
+        print(json.dumps({
+            "family": space.family, "gpu": gpu.key, "arch": gpu.sm, "problem": problem.shape,
+            "dtype": problem.dtype, "configs": space.size, "feasible": len(feasible),
+            "rejected": [{"count": n, "example": example} for example, n in rejected],
+            "compiled": compiled,
+        }, indent=2))
+        return 0
+
+    print(f"{space.family} on {gpu.key} ({gpu.sm}), problem {problem.shape} {problem.dtype}: "
+          f"{space.size} configs, {len(feasible)} pass the static rules, {space.size - len(feasible)} rejected")
+    print("\nrejected (count, example reason):")
+    for example, n in rejected:
+        print(f"  {n:>7}  {example}")
+    ok = sum(1 for row in compiled if row["status"] == "ok")
+    print(f"\ncompiled {len(compiled)} of {len(feasible)} feasible configs for {gpu.sm} "
+          f"({ok} fit; --compile N or all for more):")
+    rows = [[row["config"], row["threads"], row["registers"], _kb(row["smem_bytes"]), row["spill_bytes"],
+             row["status"]] for row in compiled]
+    print(table(["config", "threads", "regs", "smem KB", "spills B", "status"], rows))
+    return 0
+
+
+def _compile_limit(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError("--compile", text, "a number >= 0 or all") from None
+    if value < 0:
+        raise InputError("--compile", text, "a number >= 0 or all")
+    return value
+
+
+def _group_rejections(space: SearchSpace, verdicts: list[Verdict]) -> list[tuple[str, int]]:
+    """Rejections grouped by rule (the shared-memory rule by its limit), most common first."""
+    groups: dict[str, list] = collections.defaultdict(lambda: [0, None])
+    for verdict in verdicts:
+        if verdict.feasible:
+            continue
+        key = verdict.reason.split(" KB > ")[-1] if verdict.reason.startswith("smem ") else _rule_key(verdict)
+        groups[key][0] += 1
+        groups[key][1] = groups[key][1] or verdict.reason
+    return sorted(((example, n) for n, example in groups.values()), key=lambda item: -item[1])
+
+
+def _rule_key(verdict: Verdict) -> str:
+    """Reasons of one rule differ only in their numbers."""
+    return "".join(ch for ch in verdict.reason if not ch.isdigit())
+
+
+def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> list:
+    configs = [v.config for v in feasible]
+    if limit is None or limit >= len(configs):
+        return configs
+    seeds = [s for s in space.seeds if s in set(configs)][:limit]
+    rest = [c for c in configs if c not in set(seeds)]
+    wanted = limit - len(seeds)
+    step = len(rest) / wanted if wanted else 0
+    return seeds + [rest[int(i * step)] for i in range(wanted)]
+
+
+def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list) -> list[dict]:
+    from autotune.check import resource_violation
+    from autotune.compile import CompileFailure, CompilePool
+    from autotune.render import render
+
+    if not configs:
+        return []
+    rows = []
+    jobs = min(len(configs), 16)
+    with CompilePool(jobs) as pool:
+        results = pool.map((render(space, c, gpu) for c in configs), gpu.sm)
+        for config, result in zip(configs, results):
+            launch = space.launch(config, gpu, problem)
+            row = {"config": config.name, "params": config.as_dict(), "threads": launch.block[0],
+                   "grid": list(launch.grid), "registers": None, "smem_bytes": None, "spill_bytes": None}
+            if isinstance(result, CompileFailure):
+                row["status"] = f"compile_error: {result.message}"
+            else:
+                res = result.resources
+                res = type(res)(**{**res.__dict__, "smem_dynamic": launch.dynamic_smem})
+                row.update(registers=res.registers, smem_bytes=res.smem_total,
+                           spill_bytes=res.spill_stores + res.spill_loads)
+                violation = resource_violation(res, launch.block[0], gpu, launch.opt_in)
+                row["status"] = f"resource: {violation}" if violation else "ok"
+            rows.append(row)
+    return rows
+
+
+def _kb(value: int | None) -> float | None:
+    return None if value is None else round(value / 1024, 1)
