@@ -5,6 +5,7 @@
 #   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]...  searches, e.g. 4096:150 1024:100:f16
 #                                       4096:60:f16:pareto (f32 and time by default)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
+#   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #
 # Several modes may follow each other. Logs and the results database go to
@@ -50,13 +51,20 @@ while [ $# -gt 0 ]; do
                 2>&1 | tee "$OUT/ladder_${dtype}_$size.log" || status=1
         done
         ;;
+    energy)
+        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
+            IFS=: read -r dtype size <<< "$1"; shift
+            python3 bench/energy_repeat.py --shape "$size" --dtype "$dtype" --times 5 --db "$DB" \
+                2>&1 | tee "$OUT/energy_${dtype}_$size.log" || status=1
+        done
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -1,0 +1,69 @@
+"""Energy per GEMM of one config and of cuBLAS, measured several times: is it repeatable?
+
+    python3 bench/energy_repeat.py --shape 4096 --dtype f16 --times 5 [--db URL]
+
+The config is the best one recorded in the database for the attached GPU and
+shape (any searchable family), else the first seed of the dtype's default family.
+Prints each window and the spread (max - min) / median of energy per GEMM, from
+mean power x time and from the energy counter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from autotune.compile import compile_kernel
+from autotune.db import ResultStore, default_url
+from autotune.gpus import GPUS
+from autotune.problem import make_problem
+from autotune.records import Failure
+from autotune.render import render
+from autotune.space import families_for_dtype, load_space
+from autotune.study import kernel_task
+from autotune.worker import EnergyTask, GpuWorker
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="4096")
+    parser.add_argument("--dtype", default="f32")
+    parser.add_argument("--times", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--db", default=None)
+    args = parser.parse_args()
+    problem = make_problem(args.shape, args.dtype)
+    store = ResultStore(args.db or default_url())
+    with GpuWorker() as worker:
+        gpu = GPUS[worker.environment().gpu_key]
+        rows = [r for r in store.best(gpu.key, problem, limit=20) if load_space(r.family).priority >= 0]
+        space = load_space(rows[0].family if rows else families_for_dtype(problem.dtype)[0])
+        config = space.config(rows[0].params) if rows else space.seeds[0]
+        task = kernel_task(space, config, compile_kernel(render(space, config, gpu), gpu.sm), gpu, problem,
+                           seed=0, warmup=3, repeats=10)
+        if isinstance(task, Failure):
+            raise SystemExit(f"{config.name}: {task.message}")
+        print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
+        for label, kernel in ((config.name, task), ("cuBLAS", None)):
+            windows = []
+            for _ in range(args.times):
+                window = worker.run(EnergyTask(kernel, problem, 0, args.seconds), timeout_s=120.0)
+                if isinstance(window, Failure):
+                    raise SystemExit(f"{label}: {window.failure_class}: {window.message}")
+                windows.append(window)
+                print(f"  {label[:40]:40s} {window.energy_per_gemm_j * 1e3:9.3f} mJ  {window.mean_power_w:6.1f} W  "
+                      f"{window.sm_clock_mhz_mean or 0:6.0f} MHz  throttled={window.throttled}")
+            instant = [w.energy_per_gemm_j for w in windows]
+            counter = [w.energy_per_gemm_counter_j for w in windows if w.energy_per_gemm_counter_j]
+            text = f"  spread {label[:40]}: {spread(instant) * 100:.2f}% (power x time)"
+            if len(counter) == len(windows):
+                text += f", {spread(counter) * 100:.2f}% (energy counter)"
+            print(text)
+
+
+if __name__ == "__main__":
+    main()
