@@ -249,8 +249,8 @@ class Search:
                 continue
             complete = trial.state == optuna.trial.TrialState.COMPLETE
             known[name] = tuple(trial.values) if complete else None
-            if complete and "ms" in attrs:
-                self.objective.observe(attrs["ms"], attrs.get("energy_mj"), attrs.get("power_w"))
+            if complete:
+                self.objective.observe(_ms(trial), attrs.get("energy_mj"), attrs.get("power_w"))
         return known
 
     def _repeat(self, study, trial, values: tuple[float, ...] | None) -> None:
@@ -307,14 +307,14 @@ class Search:
 
     def _gpu_trials(self, study: optuna.Study) -> list:
         return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get(STAGE) == "gpu" and "ms" in t.user_attrs]
+                if t.user_attrs.get(STAGE) == "gpu"]
 
     def _update_best(self, study: optuna.Study, progress: Progress) -> None:
         trials = self._gpu_trials(study)
         if not trials:
             return
-        fastest = min(trials, key=lambda t: t.user_attrs["ms"])
-        progress.best_ms, progress.best_name = fastest.user_attrs["ms"], fastest.user_attrs.get("config")
+        fastest = min(trials, key=_ms)
+        progress.best_ms, progress.best_name = _ms(fastest), fastest.user_attrs.get("config")
         metered = [t.user_attrs["energy_mj"] for t in trials if "energy_mj" in t.user_attrs]
         progress.best_mj = min(metered) if metered else None
         progress.front = len(pareto_front(self.objective.points))
@@ -326,7 +326,7 @@ class Search:
         """The trial to report: the fastest for time and pareto, the least objective value otherwise."""
         trials = self._gpu_trials(study)
         if self.objective.name in ("time", "pareto"):
-            return min(trials, key=lambda t: t.user_attrs["ms"])
+            return min(trials, key=_ms)
         return min(trials, key=lambda t: t.values[0])
 
     def _result(self, study: optuna.Study, progress: Progress, pool: CompilePool) -> SearchResult:
@@ -361,7 +361,7 @@ class Search:
         if self.objective.name != "pareto":
             return ()
         metered = [t for t in self._gpu_trials(study) if "energy_mj" in t.user_attrs]
-        points = {Point(t.user_attrs["ms"], t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
+        points = {Point(_ms(t), t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
         return tuple(FrontPoint(points[p], p.ms, p.mj, self.windows[points[p]])
                      for p in pareto_front(list(points)) if points[p] in self.windows)
 
@@ -379,6 +379,11 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
     return KernelTask(cubin=compiled.cubin, entry=compiled.entry, grid=launch.grid, block=launch.block,
                       dynamic_smem=launch.dynamic_smem, problem=problem, seed=seed, warmup=warmup,
                       repeats=repeats, resources=resources)
+
+
+def _ms(trial) -> float:
+    """A GPU trial's median time; studies written before the "ms" attribute hold it as their value."""
+    return trial.user_attrs.get("ms", trial.values[0] if trial.values else float("inf"))
 
 
 def _mj(window: EnergyWindow | None) -> float | None:
