@@ -199,3 +199,14 @@ def test_ladder_with_the_fake_backend_ends_with_the_tuned_config(tmp_path):
     assert "sgemm_" in tuned_line
     assert_one_line_error(autotune("ladder", "--gpu", "t4", "--shape", "128", "--backend", "fake", "--db", db),
                           "--gpu t4")
+
+
+def test_query_by_family(tmp_path):
+    db = f"sqlite:///{tmp_path}/r.db"
+    assert autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db).returncode == 0
+    sgemm = autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "sgemm", "--json")
+    assert sgemm.returncode == 0 and all(r["family"] == "sgemm" for r in json.loads(sgemm.stdout))
+    other = autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "naive_f32", "--json")
+    assert json.loads(other.stdout) == []
+    assert_one_line_error(autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "nope"),
+                          "'nope'", "sgemm")

@@ -18,6 +18,7 @@ from autotune.gpus import AUTO, GpuSpec, gpu_spec
 from autotune.objective import Point, pareto_front
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ratio_text, table
+from autotune.space import load_space
 
 
 def register(sub) -> None:
@@ -43,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     if args.objective != "time":
         return _query_energy(store, gpu, problem, args)
-    rows = store.best(gpu.key, problem, limit=args.limit)
+    if args.family:
+        load_space(args.family)  # an unknown family is an error that lists the known ones
+        rows = [r for r in store.best(gpu.key, problem, limit=10_000) if r.family == args.family][: args.limit]
+    else:
+        rows = store.best(gpu.key, problem, limit=args.limit)
     if args.json:
         print(json.dumps([{
             "config": r.config_name, "family": r.family, "params": r.params, "median_ms": r.median_ms,
