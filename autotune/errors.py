@@ -47,6 +47,10 @@ class DatabaseError(AutotuneError):
     """The results database cannot be opened, read or written."""
 
 
+class SearchError(AutotuneError):
+    """A search cannot go on: the cuBLAS reference or the closing measurement failed."""
+
+
 class CompilerError(AutotuneError):
     """NVRTC or the CUDA headers it needs cannot be found."""
 

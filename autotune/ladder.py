@@ -12,6 +12,7 @@ import dataclasses
 
 from autotune.compile import CompilePool
 from autotune.db import ResultStore
+from autotune.errors import SearchError
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
@@ -66,7 +67,7 @@ def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProb
     steps.append(("tuned (best in the database)", tuned))
     cublas = worker.run(CublasTask(problem, seed, warmup, repeats), timeout_s=300.0)
     if isinstance(cublas, Failure):
-        raise RuntimeError(f"cuBLAS reference failed: {cublas.failure_class}: {cublas.message}")
+        raise SearchError(f"cuBLAS reference failed: {cublas.failure_class}: {cublas.message}")
     store.add_measurement(env, problem, None, None, cublas, LADDER_STUDY)
     rungs = []
     with CompilePool(min(len(steps), 8)) as pool:

@@ -25,7 +25,7 @@ import optuna
 from autotune.check import resource_violation
 from autotune.compile import CompiledKernel, CompileFailure, CompilePool
 from autotune.db import ResultStore
-from autotune.errors import FailureClass
+from autotune.errors import FailureClass, SearchError
 from autotune.gpus import GpuSpec
 from autotune.objective import Objective, Point, make_objective, pareto_front
 from autotune.problem import GemmProblem
@@ -210,13 +210,13 @@ class Search:
         task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, repeats or self.settings.repeats)
         result = self.worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
-            raise RuntimeError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
+            raise SearchError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
         measurement_id = self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
         if not self.objective.uses_energy:
             return result, None
         window = self._energy_window(None)
         if isinstance(window, Failure):
-            raise RuntimeError(f"cuBLAS energy window failed: {window.failure_class}: {window.message}")
+            raise SearchError(f"cuBLAS energy window failed: {window.failure_class}: {window.message}")
         self.store.add_energy(measurement_id, window)
         self.objective.observe(result.timing.median_ms, None, window.mean_power_w)  # the power floor only
         return result, window
@@ -344,14 +344,14 @@ class Search:
         final = task if isinstance(task, Failure) else self.worker.run(
             task, timeout_s=self._candidate_timeout(final_cublas))
         if isinstance(final, Failure):
-            raise RuntimeError(f"the best config {config.name} failed when measured again: {final.message}")
+            raise SearchError(f"the best config {config.name} failed when measured again: {final.message}")
         measurement_id = self.store.add_measurement(
             self.env, self.problem, config, self.space.template_hash, final, self.name)
         best_window = None
         if self.objective.uses_energy:
             best_window = self._energy_window(task)
             if isinstance(best_window, Failure):
-                raise RuntimeError(f"energy window of {config.name} failed: {best_window.message}")
+                raise SearchError(f"energy window of {config.name} failed: {best_window.message}")
             self.store.add_energy(measurement_id, best_window)
         return SearchResult(self.name, progress.evaluated, config, final, final_cublas, failures,
                             self.objective.name, best_window, cublas_window, self._front(study))
