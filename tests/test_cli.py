@@ -126,7 +126,7 @@ def test_search_refuses_a_gpu_that_is_not_attached(tmp_path):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ("space", "search", "query", "ladder", "results", "gpus"):
+    for command in ("space", "search", "query", "table", "ladder", "results", "gpus"):
         result = autotune(command, "--help")
         assert result.returncode == 0
         assert "example: autotune " + command in result.stdout
@@ -210,3 +210,16 @@ def test_query_by_family(tmp_path):
     assert json.loads(other.stdout) == []
     assert_one_line_error(autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "nope"),
                           "'nope'", "sgemm")
+
+
+def test_selection_table_from_the_shipped_results(tmp_path):
+    db = f"sqlite:///{tmp_path}/r.db"
+    assert autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db).returncode == 0
+    result = autotune("table", "--gpu", "h200", "--dtype", "f32", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["shape"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192"}
+    assert rows["8192x8192x8192"]["held_out_fraction_of_best"] > 0.9  # picked from 4096, timed at 8192 too
+    text = autotune("table", "--gpu", "h200", "--db", db)
+    assert "held-out picks measured on" in text.stdout
+    assert_one_line_error(autotune("table", "--gpu", "h200", "--dtype", "f64", "--db", db), "'f64'")

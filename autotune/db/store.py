@@ -406,6 +406,19 @@ class ResultStore:
             )
         return result
 
+    def problems(self, gpu_key: str, dtype: str) -> list[GemmProblem]:
+        """Every problem of ``dtype`` with a candidate measurement on ``gpu_key``."""
+        query = (
+            select(Problem).distinct()
+            .join(Measurement, Measurement.problem_id == Problem.id)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Measurement.implementation == CANDIDATE)
+        )
+        with self.session() as session:
+            rows = session.scalars(query).all()
+            return sorted((GemmProblem(r.m, r.n, r.k, r.dtype, r.layout, r.alpha, r.beta) for r in rows),
+                          key=lambda p: (p.m * p.n * p.k, p.m, p.n, p.k, p.alpha, p.beta))
+
     def cublas_reference(self, gpu_key: str, problem: GemmProblem) -> float | None:
         """Median ms of the latest cuBLAS measurement of this problem on ``gpu_key``, or None.
 
