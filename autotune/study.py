@@ -162,9 +162,9 @@ class Search:
                     if isinstance(outcome, Measurement) or _reached_gpu(outcome):
                         progress.evaluated += 1
                     progress.last = config.name
-                    self._update_best(study, progress)
+                    self._note(progress, config, outcome)
                     self.on_progress(progress)
-            return self._result(study, progress, pool)
+            return self._result(study, progress, pool, cublas, cublas_window)
 
     def _ask_batch(self, study, known, wanted: int, ask_budget: int):
         """Ask until ``wanted`` new feasible configs; rejected and repeated ones are told at once."""
@@ -310,14 +310,25 @@ class Search:
                 if t.user_attrs.get(STAGE) == "gpu"]
 
     def _update_best(self, study: optuna.Study, progress: Progress) -> None:
+        """Progress from the trials already in the study (once, when a run starts)."""
         trials = self._gpu_trials(study)
-        if not trials:
-            return
-        fastest = min(trials, key=_ms)
-        progress.best_ms, progress.best_name = _ms(fastest), fastest.user_attrs.get("config")
-        metered = [t.user_attrs["energy_mj"] for t in trials if "energy_mj" in t.user_attrs]
-        progress.best_mj = min(metered) if metered else None
-        progress.front = len(pareto_front(self.objective.points))
+        if trials:
+            fastest = min(trials, key=_ms)
+            progress.best_ms, progress.best_name = _ms(fastest), fastest.user_attrs.get("config")
+        self._note_energy(progress)
+
+    def _note(self, progress: Progress, config: Config, outcome: Measurement | Failure) -> None:
+        """Progress after one candidate, from memory (no storage read in the loop)."""
+        if isinstance(outcome, Measurement):
+            ms = outcome.timing.median_ms
+            if progress.best_ms is None or ms < progress.best_ms:
+                progress.best_ms, progress.best_name = ms, config.name
+        self._note_energy(progress)
+
+    def _note_energy(self, progress: Progress) -> None:
+        points = self.objective.points  # metered candidates, earlier runs included
+        progress.best_mj = min(p.mj for p in points) if points else None
+        progress.front = len(pareto_front(points))
 
     def _out_of_time(self, started: float) -> bool:
         return self.settings.timeout_s is not None and time.monotonic() - started > self.settings.timeout_s
@@ -329,13 +340,13 @@ class Search:
             return min(trials, key=_ms)
         return min(trials, key=lambda t: t.values[0])
 
-    def _result(self, study: optuna.Study, progress: Progress, pool: CompilePool) -> SearchResult:
+    def _result(self, study: optuna.Study, progress: Progress, pool: CompilePool, cublas: Measurement,
+                cublas_window: EnergyWindow | None) -> SearchResult:
         """Measure the best config and cuBLAS again, side by side, for the reported ratio."""
         failures = dict(self.failures)
         if not self._gpu_trials(study):
-            cublas, window = self._reference()
             return SearchResult(self.name, progress.evaluated, None, None, cublas, failures,
-                                self.objective.name, cublas_window=window)
+                                self.objective.name, cublas_window=cublas_window)
         config = self.space.config(self._best_trial(study).params)
         compiled = pool.submit(render(self.space, config, self.gpu), self.gpu.sm).result()
         repeats = FINAL_REPEAT_FACTOR * self.settings.repeats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 
 from autotune.cli.arguments import add_problem_arguments, family_space, offline_gpu
@@ -120,7 +121,7 @@ def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, conf
                 row["status"] = f"compile_error: {result.message}"
             else:
                 res = result.resources
-                res = type(res)(**{**res.__dict__, "smem_dynamic": launch.dynamic_smem})
+                res = dataclasses.replace(res, smem_dynamic=launch.dynamic_smem)
                 row.update(registers=res.registers, smem_bytes=res.smem_total,
                            spill_bytes=res.spill_stores + res.spill_loads)
                 violation = resource_violation(res, launch.block[0], gpu, launch.opt_in)
