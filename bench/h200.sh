@@ -7,6 +7,7 @@
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
+#   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -58,13 +59,19 @@ while [ $# -gt 0 ]; do
                 2>&1 | tee "$OUT/energy_${dtype}_$size.log" || status=1
         done
         ;;
+    import)
+        while [ $# -gt 0 ] && [[ $1 == *.jsonl ]]; do
+            python3 -m autotune results import "$1" --db "$DB" 2>&1 | tee -a "$OUT/import.log" || status=1
+            shift
+        done
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., import FILE..., mismatch" >&2; exit 2
         ;;
     esac
 done
