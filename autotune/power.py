@@ -7,9 +7,12 @@ the energy counter before and after; :func:`idle_power` is the baseline.
 
 NVML refreshes power and the energy counter only about every 100 ms on the
 H200, so a 1 s window gives about 10 distinct readings: every poll is kept
-(repeats included) and averaged, and the counter delta is uncertain by about
-one refresh period at each end. The NVML module is a parameter so tests can
-pass a fake.
+(repeats included) and averaged. A plain counter delta over 1 s would be
+uncertain by a whole refresh (10%), so the sampler also notes when the counter
+changes, and the counter's energy is its increase between the first and last
+change seen in the window over the time between them (uncertain by one poll,
+10 ms, at each end), scaled to the window. The NVML module is a parameter so
+tests can pass a fake.
 """
 
 from __future__ import annotations
@@ -131,6 +134,8 @@ class _Sampler:
         self.clocks: list[int] = []
         self.temperatures: list[int] = []
         self.reasons = 0
+        self.counter_changes: list[tuple[float, int]] = []  # (perf_counter s, mJ) when the counter moved
+        self._last_counter: int | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="power-sampler", daemon=True)
@@ -162,6 +167,19 @@ class _Sampler:
         if temperature is not None:
             self.temperatures.append(temperature)
         self.reasons |= self.power.clock_event_reasons() or 0
+        counter = self.power.energy_mj()
+        if counter is not None and self._last_counter is not None and counter != self._last_counter:
+            self.counter_changes.append((time.perf_counter(), counter))
+        self._last_counter = counter
+
+    def counter_power_w(self, min_span_s: float) -> float | None:
+        """Mean power from the counter between its first and last change seen, if they span ``min_span_s``."""
+        if len(self.counter_changes) < 2:
+            return None
+        (t0, e0), (t1, e1) = self.counter_changes[0], self.counter_changes[-1]
+        if t1 - t0 < min_span_s:
+            return None
+        return (e1 - e0) / 1000.0 / (t1 - t0)
 
 
 def idle_power(power: NvmlPower, seconds: float = 0.5, sample_period_s: float = 0.01, settle_s: float = 0.0) -> float:
@@ -222,7 +240,13 @@ def measure_window(
     energy_after = power.energy_mj()
     if launches < 1:
         raise ValueError(f"run_batch reported {launches} launches in the window")
-    counter_j = (energy_after - energy_before) / 1000.0 if None not in (energy_before, energy_after) else None
+    counter_w = sampler.counter_power_w(min_span_s=seconds / 2)
+    if counter_w is not None:
+        counter_j = counter_w * elapsed
+    elif None not in (energy_before, energy_after):
+        counter_j = (energy_after - energy_before) / 1000.0
+    else:
+        counter_j = None
     return _window(sampler, elapsed, launches, counter_j, idle_w, power.throttle_mask)
 
 

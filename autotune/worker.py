@@ -44,7 +44,7 @@ MESSAGE_LIMIT = 500  # characters kept of an exception message
 ENERGY_BATCH_MS = 20.0  # GPU time of one batch (one graph replay) in an energy window
 MAX_BATCH_LAUNCHES = 10_000  # launches in one batch at most, however short a launch
 ENERGY_SETTLE_S = 0.2  # wait before the idle baseline: NVML still shows earlier work for ~100 ms
-ENERGY_WARMUP_S = 0.2  # unmeasured batches before an energy window, so power and clocks settle
+ENERGY_WARMUP_S = 0.5  # unmeasured batches before an energy window, so power and clocks settle
 
 # CUDA status codes; the driver's CUresult and the runtime's cudaError_t agree on these.
 STICKY_FAULTS = {

@@ -55,8 +55,10 @@ def main() -> None:
                 if isinstance(window, Failure):
                     raise SystemExit(f"{label}: {window.failure_class}: {window.message}")
                 windows.append(window)
+                counter_mj = (window.energy_per_gemm_counter_j or 0.0) * 1e3
                 print(f"  {label[:40]:40s} {window.energy_per_gemm_j * 1e3:9.3f} mJ  {window.mean_power_w:6.1f} W  "
-                      f"{window.sm_clock_mhz_mean or 0:6.0f} MHz  throttled={window.throttled}")
+                      f"counter {counter_mj:9.3f} mJ  {window.sm_clock_mhz_mean or 0:6.0f} MHz  "
+                      f"{window.temperature_c_max} C  throttled={window.throttled}")
             instant = [w.energy_per_gemm_j for w in windows]
             counter = [w.energy_per_gemm_counter_j for w in windows if w.energy_per_gemm_counter_j]
             text = f"  spread {label[:40]}: {spread(instant) * 100:.2f}% (power x time)"

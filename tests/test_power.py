@@ -41,8 +41,9 @@ class FakeNvml:
     nvmlClocksEventReasonHwThermalSlowdown = 0x40
     nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 
-    def __init__(self, watts=(550.0, 650.0), reasons=0, clocks=(1980, 1755), energy=True):
+    def __init__(self, watts=(550.0, 650.0), reasons=0, clocks=(1980, 1755), energy=True, counter_ticks=False):
         self.watts, self.reasons, self.clocks, self.energy = tuple(watts), reasons, tuple(clocks), energy
+        self.counter_ticks = counter_ticks  # the counter moves only at each 100 ms refresh, as on the H200
         self.start = time.perf_counter()
         self.opened = None
         self.clock_calls = 0
@@ -54,6 +55,8 @@ class FakeNvml:
         elapsed = time.perf_counter() - self.start
         steps, rest = divmod(elapsed, REFRESH_S)
         steps = int(steps)
+        if self.counter_ticks:
+            rest = 0.0
         done = sum(self.watts[i % len(self.watts)] for i in range(steps)) * REFRESH_S
         return done + self.watts[steps % len(self.watts)] * rest
 
@@ -216,6 +219,18 @@ def test_window_mean_power_and_counter_energy_per_gemm():
     assert window.sm_clock_mhz_min == 1755 and 1755 <= window.sm_clock_mhz_mean <= 1980
     assert 40 <= window.temperature_c_max <= 44
     assert window.gflop_per_joule(2e9) == pytest.approx(2.0 / window.energy_per_gemm_j)
+
+
+def test_counter_energy_is_taken_between_its_ticks():
+    """A counter that moves every 100 ms makes a 0.35 s delta up to 30% off; between ticks it is not."""
+    for _ in range(3):
+        window, _, _ = _window(FakeNvml(watts=(600.0,), counter_ticks=True), seconds=0.35)
+        assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.08)
+
+
+def test_short_window_falls_back_to_the_counter_delta():
+    window, _, _ = _window(FakeNvml(watts=(600.0,)), seconds=0.05)
+    assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.2)
 
 
 def test_power_cap_reason_sets_throttled():
