@@ -44,7 +44,8 @@ MESSAGE_LIMIT = 500  # characters kept of an exception message
 ENERGY_BATCH_MS = 20.0  # GPU time of one batch (one graph replay) in an energy window
 MAX_BATCH_LAUNCHES = 10_000  # launches in one batch at most, however short a launch
 ENERGY_SETTLE_S = 0.2  # wait before the idle baseline: NVML still shows earlier work for ~100 ms
-ENERGY_WARMUP_S = 0.5  # unmeasured batches before an energy window, so power and clocks settle
+ENERGY_WARMUP_S = 1.0  # unmeasured batches before an energy window, so power, clocks and heat settle
+IDLE_BASELINE_MAX_AGE_S = 60.0  # the idle baseline is measured again when older than this
 
 # CUDA status codes; the driver's CUresult and the runtime's cudaError_t agree on these.
 STICKY_FAULTS = {
@@ -270,6 +271,7 @@ class CupyBackend:
         self.stream.use()
         self.cache = measure.OperandCache()
         self._power = None  # autotune.power.NvmlPower, opened by the first EnergyTask
+        self._idle: tuple[float, float] | None = None  # (time.monotonic(), idle watts) of the last baseline
 
     def hello(self) -> dict:
         runtime = self.cupy.cuda.runtime
@@ -369,11 +371,21 @@ class CupyBackend:
             launch = functools.partial(kernel_launch, task.problem, operands.out)
         meter = self._power_meter()
         self.stream.synchronize()
-        idle_w = power.idle_power(meter, settle_s=ENERGY_SETTLE_S)
+        idle_w = self._idle_baseline(meter)
         count = launches_per_batch(self._launch_ms(launch))
         run_batch = _loop_batch(launch, count) if task.kernel is None else self._graph_batch(launch, count)
         return power.measure_window(run_batch, meter, task.seconds, synchronize=self.stream.synchronize,
                                     idle_w=idle_w, warmup_s=ENERGY_WARMUP_S)  # fmt: skip
+
+    def _idle_baseline(self, meter) -> float:
+        """Idle watts, measured again only when the last baseline is over a minute old: each baseline
+        lets the GPU cool, and the windows that follow would start from a different state."""
+        from autotune import power
+
+        now = time.monotonic()
+        if self._idle is None or now - self._idle[0] > IDLE_BASELINE_MAX_AGE_S:
+            self._idle = (now, power.idle_power(meter, settle_s=ENERGY_SETTLE_S))
+        return self._idle[1]
 
     def _launch_ms(self, launch: Callable[[], None], repeats: int = 3) -> float:
         """Mean time of one launch after a warm-up launch, in ms."""

@@ -419,6 +419,7 @@ def _fake_backend(monkeypatch, launch_ms: float):
     backend._load = lambda task: function
     backend.measure = types.SimpleNamespace(CublasGemm=cublas_gemm)
     backend._power = NvmlPower(nvml=FakeNvml())
+    backend._idle = None
     return backend, stream, calls
 
 
@@ -431,6 +432,21 @@ def test_cupy_backend_kernel_energy_replays_a_graph_of_about_20_ms(monkeypatch):
     assert calls["kernel"] == 4 + 10  # 1 warm-up + 3 timed, then 10 captured
     assert window.launches == 10 * (stream.replays - 1)  # one replay warms the graph
     assert window.idle_power_w is not None
+
+
+def test_cupy_backend_reuses_a_recent_idle_baseline(monkeypatch):
+    from autotune import power, worker
+
+    backend, _, _ = _fake_backend(monkeypatch, launch_ms=2.0)
+    baselines = []
+    monkeypatch.setattr(power, "idle_power", lambda meter, **kw: baselines.append(1) or 100.0 + len(baselines))
+    problem = GemmProblem(256, 256, 256)
+    first = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
+    second = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
+    assert len(baselines) == 1 and first.idle_power_w == second.idle_power_w == 101.0
+    monkeypatch.setattr(worker, "IDLE_BASELINE_MAX_AGE_S", 0.0)
+    third = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
+    assert len(baselines) == 2 and third.idle_power_w == 102.0
 
 
 def test_cupy_backend_cublas_energy_loops_plain_calls(monkeypatch):
