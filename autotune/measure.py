@@ -280,20 +280,7 @@ def time_launches(
         launch()
         end.record(stream)
     stream.synchronize()
-    return timing_from_samples([cupy.cuda.get_elapsed_time(start, end) for start, end in events])
-
-
-def timing_from_samples(samples_ms: list[float]) -> Timing:
-    """Median, extremes and quartiles of per-launch times in milliseconds."""
-    q25, median, q75 = (float(x) for x in numpy.percentile(samples_ms, [25, 50, 75]))
-    return Timing(
-        median_ms=median,
-        min_ms=float(min(samples_ms)),
-        max_ms=float(max(samples_ms)),
-        q25_ms=q25,
-        q75_ms=q75,
-        samples_ms=tuple(float(x) for x in samples_ms),
-    )
+    return Timing.from_samples([cupy.cuda.get_elapsed_time(start, end) for start, end in events])
 
 
 # -- NVML --------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy
+
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
@@ -28,6 +30,13 @@ class Timing:
     q25_ms: float
     q75_ms: float
     samples_ms: tuple[float, ...]
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float]) -> Timing:
+        """Median, extremes and quartiles of per-launch times in milliseconds."""
+        q25, median, q75 = (float(x) for x in numpy.percentile(samples_ms, [25, 50, 75]))
+        return cls(median, float(min(samples_ms)), float(max(samples_ms)), q25, q75,
+                   tuple(float(x) for x in samples_ms))
 
     @property
     def spread(self) -> float:

@@ -17,6 +17,8 @@ check resources -> GPU worker (verify, time) -> record -> tell.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import time
 from collections.abc import Callable
 
@@ -29,13 +31,13 @@ from autotune.errors import FailureClass, SearchError
 from autotune.gpus import GpuSpec
 from autotune.objective import Objective, Point, make_objective, pareto_front
 from autotune.problem import GemmProblem
-from autotune.records import EnergyWindow, Environment, Failure, Measurement
+from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
 from autotune.render import render
 from autotune.space import Config, SearchSpace
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask
 
 STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
-FINAL_REPEAT_FACTOR = 3  # the closing side-by-side measurement times 3x as many launches
+FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,12 +207,19 @@ class Search:
         task = EnergyTask(kernel, self.problem, self.settings.seed, self.settings.energy_seconds)
         return self.worker.run(task, timeout_s=60.0 + 10.0 * self.settings.energy_seconds)
 
-    def _reference(self, repeats: int | None = None) -> tuple[Measurement, EnergyWindow | None]:
+    def _reference(self) -> tuple[Measurement, EnergyWindow | None]:
         """cuBLAS timed (and, for energy objectives, metered) in this run."""
-        task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, repeats or self.settings.repeats)
+        return self._record_reference(self._run_cublas())
+
+    def _run_cublas(self) -> Measurement:
+        task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, self.settings.repeats)
         result = self.worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
             raise SearchError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
+        return result
+
+    def _record_reference(self, result: Measurement) -> tuple[Measurement, EnergyWindow | None]:
+        """Store a cuBLAS measurement and, for energy objectives, meter cuBLAS."""
         measurement_id = self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
         if not self.objective.uses_energy:
             return result, None
@@ -349,13 +358,18 @@ class Search:
                                 self.objective.name, cublas_window=cublas_window)
         config = self.space.config(self._best_trial(study).params)
         compiled = pool.submit(render(self.space, config, self.gpu), self.gpu.sm).result()
-        repeats = FINAL_REPEAT_FACTOR * self.settings.repeats
-        final_cublas, cublas_window = self._reference(repeats)
-        task = self._kernel_task(config, compiled, repeats)
-        final = task if isinstance(task, Failure) else self.worker.run(
-            task, timeout_s=self._candidate_timeout(final_cublas))
-        if isinstance(final, Failure):
-            raise SearchError(f"the best config {config.name} failed when measured again: {final.message}")
+        task = self._kernel_task(config, compiled, self.settings.repeats)
+        if isinstance(task, Failure):
+            raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")
+        cublas_runs, kernel_runs = [], []
+        for _ in range(FINAL_ROUNDS):  # alternated, so heat and power capping weigh on both alike
+            cublas_runs.append(self._run_cublas())
+            run = self.worker.run(task, timeout_s=self._candidate_timeout(cublas_runs[-1]))
+            if isinstance(run, Failure):
+                raise SearchError(f"the best config {config.name} failed when measured again: {run.message}")
+            kernel_runs.append(run)
+        final_cublas, cublas_window = self._record_reference(pooled(self.problem, cublas_runs))
+        final = pooled(self.problem, kernel_runs)
         measurement_id = self.store.add_measurement(
             self.env, self.problem, config, self.space.template_hash, final, self.name)
         best_window = None
@@ -375,6 +389,23 @@ class Search:
         points = {Point(_ms(t), t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
         return tuple(FrontPoint(points[p], p.ms, p.mj, self.windows[points[p]])
                      for p in pareto_front(list(points)) if points[p] in self.windows)
+
+
+def pooled(problem: GemmProblem, runs: list[Measurement]) -> Measurement:
+    """One measurement from several runs of the same kernel: every timed launch pooled."""
+    timing = Timing.from_samples([ms for run in runs for ms in run.timing.samples_ms])
+    clocks = [run.sm_clock_mhz for run in runs if run.sm_clock_mhz is not None]
+    temperatures = [run.temperature_c for run in runs if run.temperature_c is not None]
+    reasons = [run.throttle_reasons for run in runs if run.throttle_reasons is not None]
+    return Measurement(
+        timing=timing,
+        tflops=problem.tflops(timing.median_ms),
+        max_error=max(run.max_error for run in runs),
+        sm_clock_mhz=min(clocks) if clocks else None,
+        throttle_reasons=functools.reduce(operator.or_, reasons) if reasons else None,
+        temperature_c=max(temperatures) if temperatures else None,
+        resources=runs[0].resources,
+    )
 
 
 def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | CompileFailure, gpu: GpuSpec,

@@ -2,10 +2,11 @@
 
     python3 bench/summarize.py OUTPUT_DIR TITLE RUN_DIR [RUN_DIR ...]
 
-Each RUN_DIR holds a run's results.db and environment.txt. Per study: GPU
+Each RUN_DIR holds a run's results.db and environment.txt. Per search study: GPU
 evaluations, failures by class, and the final side-by-side measurement of the
 best config and cuBLAS (the last rows the study wrote). Every verified
-measurement goes to OUTPUT_DIR/measurements.csv.
+measurement of the run goes to OUTPUT_DIR/measurements.csv. Rows older than the
+run (imported tuned results, dated by environment.txt) are left out.
 """
 
 from __future__ import annotations
@@ -23,33 +24,36 @@ def main(output_dir: str, title: str, *run_dirs: str) -> None:
     report, rows = [], []
     report.append(f"# {title}\n")
     report.append("Written by `bench/summarize.py` from the databases of `bench/h200.sh` runs.\n")
-    table = ["| problem | GPU evaluations | best config | best ms | TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+    table = ["| run | problem | GPU evaluations | best config | best ms | TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     failure_rows = {}
     for run in map(Path, run_dirs):
         engine = create_engine(f"sqlite:///{run / 'results.db'}")
         with engine.connect() as db:
             env = db.execute(text("select gpu_name, arch, driver, cuda_runtime, nvrtc, cupy from environments")).first()
             machine = (run / "environment.txt").read_text().strip() + "\n" if (run / "environment.txt").exists() else ""
+            since = _run_start(machine)
             report.append(f"Run `{run.name}`:\n\n```\n{machine}"
                           f"autotune environment: {env.gpu_name} {env.arch}, driver {env.driver}, CUDA runtime "
                           f"{env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}\n```\n")
             studies = [r[0] for r in db.execute(text(
-                "select distinct study from measurements where study is not null order by study"))]
+                "select distinct study from measurements where study is not null and study != 'ladder' "
+                "and created_at >= :since order by study"), {"since": since})]
             for study in studies:
-                table.append(_study_row(db, study, failure_rows))
+                table.append(_study_row(db, study, run.name, failure_rows))
             rows += db.execute(text(
                 "select m.study, p.m, p.n, p.k, p.dtype, m.implementation, k.name, m.median_ms, m.q25_ms, m.q75_ms, "
                 "m.tflops, m.max_error, m.registers, m.smem_static + m.smem_dynamic, m.sm_clock_mhz, "
                 "m.throttle_reasons, m.created_at from measurements m join problems p on p.id = m.problem_id "
-                "left join kernels k on k.id = m.kernel_id order by m.id")).all()
+                "left join kernels k on k.id = m.kernel_id where m.created_at >= :since order by m.id"),
+                {"since": since}).all()
     report += table
     report.append("\nBest and cuBLAS are each search's closing side-by-side measurement (median of the timed")
     report.append("launches, L2 flushed before each, launch latency hidden behind the flush).\n")
     report.append("Failures by class (rejected, resource and compile_error never reached the GPU):\n")
     classes = sorted({c for f in failure_rows.values() for c in f})
-    report.append("| problem | " + " | ".join(classes) + " |")
-    report.append("|---|" + "---|" * len(classes))
+    report.append("| run | problem | " + " | ".join(classes) + " |")
+    report.append("|---|---|" + "---|" * len(classes))
     for shape, failures in failure_rows.items():
         report.append(f"| {shape} | " + " | ".join(str(failures.get(c, 0)) for c in classes) + " |")
     (out / "README.md").write_text("\n".join(report) + "\n")
@@ -61,7 +65,15 @@ def main(output_dir: str, title: str, *run_dirs: str) -> None:
         writer.writerows(rows)
 
 
-def _study_row(db, study: str, failure_rows: dict) -> str:
+def _run_start(environment: str) -> str:
+    """The run's start as the database writes times ("YYYY-MM-DD HH:MM:SS"), from environment.txt's date line."""
+    for line in environment.splitlines():
+        if line.startswith("date: "):
+            return line[len("date: "):].replace("T", " ").rstrip("Z")
+    return ""
+
+
+def _study_row(db, study: str, run: str, failure_rows: dict) -> str:
     rows = db.execute(text(
         "select m.implementation, m.median_ms, m.tflops, k.name, p.m, p.n, p.k, p.dtype "
         "from measurements m join problems p on p.id = m.problem_id "
@@ -72,9 +84,9 @@ def _study_row(db, study: str, failure_rows: dict) -> str:
         "select failure_class, count(*) from failures where study = :s group by failure_class"), {"s": study}).all())
     gpu_failures = sum(n for c, n in failures.items() if c not in ("rejected", "resource", "compile_error"))
     evaluated = len({r.name for r in rows if r.implementation == "candidate"}) + gpu_failures
-    shape = f"{kernel.m}x{kernel.n}x{kernel.k} {kernel.dtype}"
-    failure_rows[shape] = failures
-    return (f"| {shape} | {evaluated} | `{kernel.name}` | {kernel.median_ms:.4f} | {kernel.tflops:.1f} | "
+    shape = f"{kernel.m}x{kernel.n}x{kernel.k} {kernel.dtype}" + (" pareto" if study.endswith("/pareto") else "")
+    failure_rows[f"{run} | {shape}"] = failures
+    return (f"| {run} | {shape} | {evaluated} | `{kernel.name}` | {kernel.median_ms:.4f} | {kernel.tflops:.1f} | "
             f"{cublas.median_ms:.4f} | {cublas.tflops:.1f} | {cublas.median_ms / kernel.median_ms:.3f}x |")
 
 

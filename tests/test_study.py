@@ -38,3 +38,43 @@ def test_rejections_do_not_use_the_budget_and_a_rerun_resumes(tmp_path, worker):
     more = Search(space, gpu, problem, store, worker, SearchSettings(trials=14, jobs=2, seed=3)).run()
     assert more.evaluated == 14
     assert len({row.config_name for row in store.best("h200", problem, limit=100)}) == 14
+
+
+class RecordingWorker:
+    """Passes tasks to a real (fake-backend) worker and records their kinds in order."""
+
+    def __init__(self, worker):
+        self.worker, self.kinds = worker, []
+
+    def run(self, task, timeout_s):
+        self.kinds.append(type(task).__name__)
+        return self.worker.run(task, timeout_s=timeout_s)
+
+    def __getattr__(self, name):
+        return getattr(self.worker, name)
+
+
+def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, worker):
+    from autotune.study import FINAL_ROUNDS
+
+    recording = RecordingWorker(worker)
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    result = Search(load_space("sgemm"), gpu_spec("h200"), GemmProblem(64, 64, 64), store, recording,
+                    SearchSettings(trials=3, jobs=2, seed=1)).run()
+    tail = recording.kinds[-2 * FINAL_ROUNDS:]
+    assert tail == ["CublasTask", "KernelTask"] * FINAL_ROUNDS
+    samples = len(result.best.timing.samples_ms)
+    assert samples >= FINAL_ROUNDS and samples % FINAL_ROUNDS == 0  # every round's launches pooled
+
+
+def test_pooled_measurement_merges_every_launch():
+    from autotune.records import Measurement, Timing
+    from autotune.study import pooled
+
+    problem = GemmProblem(128, 128, 128)
+    runs = [Measurement(Timing.from_samples([1.0, 2.0, 3.0]), 0.0, 0.2, 1980, 0, 50),
+            Measurement(Timing.from_samples([4.0, 5.0, 6.0]), 0.0, 0.7, 1500, 4, 61)]
+    merged = pooled(problem, runs)
+    assert merged.timing.samples_ms == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0) and merged.timing.median_ms == 3.5
+    assert merged.tflops == pytest.approx(problem.tflops(3.5))
+    assert (merged.max_error, merged.sm_clock_mhz, merged.throttle_reasons, merged.temperature_c) == (0.7, 1500, 4, 61)
