@@ -29,9 +29,16 @@ def worker():
 
 
 def _sample_configs(space, gpu, count, seed=0):
+    """The seeds, ``count`` random feasible configs, and for every knob value no config has yet, one that has it."""
     feasible = list(space.feasible(gpu))
     rng = random.Random(seed)
-    return list(space.seeds) + rng.sample(feasible, min(count, len(feasible)))
+    configs = list(space.seeds) + rng.sample(feasible, min(count, len(feasible)))
+    rng.shuffle(feasible)
+    for knob, values in space.knobs.items():
+        for value in values:
+            if not any(c[knob] == value for c in configs):
+                configs += [c for c in feasible if c[knob] == value][:1]
+    return configs
 
 
 def _run_all(worker, space, gpu, configs, problems):
