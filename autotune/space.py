@@ -112,6 +112,7 @@ class _Expression:
                 raise SpaceError(f"{where}: only {', '.join(self.FUNCTIONS)} may be called in {text!r}")
         self.text = text
         self.where = where
+        self.names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name)) - set(self.FUNCTIONS)
         self._code = compile(tree, where, "eval")
 
     def __call__(self, names: dict[str, Any]) -> Any:
@@ -124,7 +125,7 @@ class _Expression:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Rule:
+class Rule:
     require: _Expression
     reason: str
 
@@ -157,7 +158,7 @@ class SearchSpace:
                 name: _Expression(expr, f"{where} [derived] {name}") for name, expr in data.get("derived", {}).items()
             }
             self.rules = [
-                _Rule(_Expression(rule["require"], f"{where} rule"), rule["reason"]) for rule in data.get("rules", [])
+                Rule(_Expression(rule["require"], f"{where} rule"), rule["reason"]) for rule in data.get("rules", [])
             ]
             launch = data["launch"]
             self._launch = {key: _Expression(launch[key], f"{where} [launch] {key}") for key in
@@ -213,17 +214,29 @@ class SearchSpace:
         names = self.values(config, gpu, problem)
         plain = {k: v for k, v in names.items() if k not in ("gpu", "problem")}
         for rule in self.rules:
-            if not rule.require(names):
-                return Verdict(config, plain, self._format(rule.reason, names))
+            reason = self.rule_violation(rule, names)
+            if reason is not None:
+                return Verdict(config, plain, reason)
+        return Verdict(config, plain, self.smem_violation(names, gpu))
+
+    def rule_violation(self, rule: Rule, names: dict[str, Any]) -> str | None:
+        """The rule's reason, filled in, if ``names`` break it."""
+        return None if rule.require(names) else self._format(rule.reason, names)
+
+    def smem_violation(self, names: dict[str, Any], gpu: GpuSpec) -> str | None:
+        """Why the config's shared memory does not fit a block on ``gpu`` (48 KB unless it opts in), or None."""
         smem = self._launch["smem_bytes"](names)
         opt_in = bool(self._launch["opt_in"](names))
         if not opt_in and smem > gpu.smem_per_block:
-            reason = f"smem {smem / KB:.1f} KB > {gpu.smem_per_block // KB} KB ({gpu.key})"
-            return Verdict(config, plain, reason)
+            return f"smem {smem / KB:.1f} KB > {gpu.smem_per_block // KB} KB ({gpu.key})"
         if opt_in and smem > gpu.smem_per_block_optin:
-            reason = f"smem {smem / KB:.1f} KB > {gpu.smem_per_block_optin // KB} KB opt-in maximum ({gpu.key})"
-            return Verdict(config, plain, reason)
-        return Verdict(config, plain, None)
+            return f"smem {smem / KB:.1f} KB > {gpu.smem_per_block_optin // KB} KB opt-in maximum ({gpu.key})"
+        return None
+
+    @property
+    def smem_names(self) -> frozenset[str]:
+        """The names the shared-memory rule reads."""
+        return self._launch["smem_bytes"].names | self._launch["opt_in"].names
 
     def launch(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> Launch:
         """Grid, block and dynamic shared memory for ``config`` on ``problem``."""
@@ -237,10 +250,13 @@ class SearchSpace:
         )
 
     def feasible(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Config]:
-        """Configs that pass every static rule on ``gpu``."""
-        return (verdict.config for verdict in self.verdicts(gpu, problem) if verdict.feasible)
+        """Configs that pass every static rule on ``gpu``, in enumeration order."""
+        from autotune.survey import survey
+
+        return (verdict.config for verdict in survey(self, gpu, problem).feasible)
 
     def verdicts(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Verdict]:
+        """The check of every config, one by one (:func:`autotune.survey.survey` is the fast whole-space view)."""
         return (self.check(config, gpu, problem) for config in self)
 
     @staticmethod

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 
@@ -13,6 +12,7 @@ from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import table
 from autotune.space import SearchSpace, Verdict
+from autotune.survey import survey
 
 
 def register(sub) -> None:
@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
     space = family_space(args, gpu)
     limit = _compile_limit(args.compile)
 
-    verdicts = list(space.verdicts(gpu, problem))
-    feasible = [v for v in verdicts if v.feasible]
-    rejected = _group_rejections(space, verdicts)
+    checked = survey(space, gpu, problem)
+    feasible = checked.feasible
+    rejected = [(r.example, r.count) for r in checked.rejections]
     chosen = _sample(space, feasible, limit)
     compiled = _compile_report(space, gpu, problem, chosen)
 
@@ -72,23 +72,6 @@ def _compile_limit(text: str) -> int | None:
     if value < 0:
         raise InputError("--compile", text, "a number >= 0 or all")
     return value
-
-
-def _group_rejections(space: SearchSpace, verdicts: list[Verdict]) -> list[tuple[str, int]]:
-    """Rejections grouped by rule (the shared-memory rule by its limit), most common first."""
-    groups: dict[str, list] = collections.defaultdict(lambda: [0, None])
-    for verdict in verdicts:
-        if verdict.feasible:
-            continue
-        key = verdict.reason.split(" KB > ")[-1] if verdict.reason.startswith("smem ") else _rule_key(verdict)
-        groups[key][0] += 1
-        groups[key][1] = groups[key][1] or verdict.reason
-    return sorted(((example, n) for n, example in groups.values()), key=lambda item: -item[1])
-
-
-def _rule_key(verdict: Verdict) -> str:
-    """Reasons of one rule differ only in their numbers."""
-    return "".join(ch for ch in verdict.reason if not ch.isdigit())
 
 
 def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> list:

@@ -1,0 +1,92 @@
+"""The pruned whole-space check agrees with checking every config one by one."""
+
+import collections
+
+import pytest
+
+from autotune.gpus import gpu_spec
+from autotune.problem import GemmProblem
+from autotune.space import SearchSpace, load_space
+from autotune.survey import survey
+
+
+def _one_by_one(space, gpu, problem):
+    verdicts = list(space.verdicts(gpu, problem))
+    reasons = collections.Counter(v.reason for v in verdicts if not v.feasible)
+    return [v for v in verdicts if v.feasible], reasons
+
+
+def _reason_counts(checked):
+    """Per-reason counts from a survey: each group's example stands for reasons that differ in numbers only."""
+    return sorted(r.count for r in checked.rejections)
+
+
+@pytest.mark.parametrize("family, gpu", [("hgemm_wmma", "t4"), ("hgemm_wmma", "h200"), ("coarse_f16", "a100"),
+                                         ("tiled_f32", "t4")])
+def test_survey_matches_checking_every_config(family, gpu):
+    space, spec = load_space(family), gpu_spec(gpu)
+    problem = GemmProblem(4096, 4096, 4096, space.dtype)
+    feasible, reasons = _one_by_one(space, spec, problem)
+    checked = survey(space, spec, problem)
+    assert [v.config for v in checked.feasible] == [v.config for v in feasible]
+    assert [v.values for v in checked.feasible] == [v.values for v in feasible]
+    assert checked.rejected == space.size - len(feasible) == sum(reasons.values())
+    for rejection in checked.rejections:
+        assert rejection.example in reasons
+
+
+SPACE = """
+family = "order"
+dtype = "f32"
+template = "none.cu.j2"
+
+[knobs]
+A = [1, 2]
+B = [1, 2, 3]
+C = [1, 2]
+
+[derived]
+BC = "B * C"
+
+[[rules]]
+require = "BC != 6"
+reason = "B*C is {BC}"
+
+[[rules]]
+require = "A != 2"
+reason = "A is {A} (with C {C})"
+
+[launch]
+block = "32"
+grid_x = "1"
+grid_y = "1"
+smem_bytes = "A * 40000"
+opt_in = "0"
+dynamic_smem = "0"
+"""
+
+
+def test_a_config_breaking_two_rules_counts_under_the_first_in_file_order(tmp_path):
+    """Rule 2 reads only A (knob 1), but rule 1 reads B and C: A=2 subtrees cannot be cut before rule 1 ran."""
+    path = tmp_path / "order.toml"
+    path.write_text(SPACE)
+    space, gpu = SearchSpace(path), gpu_spec("t4")
+    checked = survey(space, gpu)
+    counts = {r.example.split(" is ")[0]: r.count for r in checked.rejections}
+    assert counts == {"B*C": 2, "A": 5}  # (A, B=3, C=2) for both A; then the other five A=2 configs
+    assert [dict(v.config.params) for v in checked.feasible] == [
+        {"A": 1, "B": b, "C": c} for b in (1, 2, 3) for c in (1, 2) if b * c != 6
+    ]
+    feasible, reasons = _one_by_one(space, gpu, None)
+    assert [v.config for v in checked.feasible] == [v.config for v in feasible]
+    assert sorted(reasons.values()) == [2, 2, 3]  # "B*C is 6" twice; rule 2 names C: 3 with C 1, 2 with C 2
+
+
+def test_the_shared_memory_rule_runs_last_and_splits_by_limit(tmp_path):
+    path = tmp_path / "order.toml"
+    path.write_text(SPACE.replace('require = "A != 2"', 'require = "A != 3"'))
+    space = SearchSpace(path)
+    checked = survey(space, gpu_spec("t4"))  # A=2 asks 80000 B of static shared memory: over 48 KB
+    smem = [r for r in checked.rejections if r.example.startswith("smem ")]
+    assert len(smem) == 1 and smem[0].count == 5 and smem[0].example == "smem 78.1 KB > 48 KB (t4)"
+    assert checked.rejected == 2 + 5
