@@ -42,14 +42,19 @@ class Survey:
         return sum(r.count for r in self.rejections)
 
 
-def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None) -> Survey:
-    """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule."""
-    return _Walk(space, gpu, problem).run()
+def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
+           limit: int | None = None) -> Survey:
+    """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule.
+
+    With ``limit``, the walk stops at that many feasible configs (the counts then cover only
+    the part walked): ``limit=1`` asks cheaply whether the GPU can run the family at all.
+    """
+    return _Walk(space, gpu, problem, limit).run()
 
 
 class _Walk:
-    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None):
-        self.space, self.gpu = space, gpu
+    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None, limit: int | None):
+        self.space, self.gpu, self.limit = space, gpu, limit
         self.knobs = list(space.knobs.items())
         level = {name: i for i, (name, _) in enumerate(self.knobs)}
         for name, expression in space.derived.items():  # a derived value is ready with its last knob
@@ -95,6 +100,8 @@ class _Walk:
             return
         name, values = self.knobs[depth]
         for value in values:
+            if self.limit is not None and len(self.feasible) >= self.limit:
+                return
             self.names[name] = value
             self._derive(depth + 1)
             self._visit(depth + 1, check)

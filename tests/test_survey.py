@@ -90,3 +90,10 @@ def test_the_shared_memory_rule_runs_last_and_splits_by_limit(tmp_path):
     smem = [r for r in checked.rejections if r.example.startswith("smem ")]
     assert len(smem) == 1 and smem[0].count == 5 and smem[0].example == "smem 78.1 KB > 48 KB (t4)"
     assert checked.rejected == 2 + 5
+
+
+def test_a_limited_survey_stops_at_the_first_feasible_configs():
+    space = load_space("hgemm_mma")
+    first = survey(space, gpu_spec("h200"), limit=1).feasible
+    assert len(first) == 1 and first[0].config == next(iter(survey(space, gpu_spec("h200"), limit=3).feasible)).config
+    assert survey(space, gpu_spec("t4"), limit=1).feasible == []  # mma.sync needs sm_80

@@ -9,6 +9,7 @@ from autotune.gpus import AUTO, GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
 from autotune.records import Environment
 from autotune.space import SearchSpace, families_for_dtype, load_space
+from autotune.survey import survey
 
 EXIT_USAGE = 2
 
@@ -67,7 +68,7 @@ def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
                          + ", ".join(sorted({load_space(f).dtype for f in all_families()})))
     for family in families:
         space = load_space(family)
-        if next(iter(space.feasible(gpu)), None) is not None:
+        if survey(space, gpu, limit=1).feasible:
             return space
     return load_space(families[0])
 
