@@ -249,14 +249,8 @@ class SearchSpace:
             opt_in=bool(get("opt_in")),
         )
 
-    def feasible(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Config]:
-        """Configs that pass every static rule on ``gpu``, in enumeration order."""
-        from autotune.survey import survey
-
-        return (verdict.config for verdict in survey(self, gpu, problem).feasible)
-
     def verdicts(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Verdict]:
-        """The check of every config, one by one (:func:`autotune.survey.survey` is the fast whole-space view)."""
+        """The check of every config, one by one (:mod:`autotune.survey` checks the whole space faster)."""
         return (self.check(config, gpu, problem) for config in self)
 
     @staticmethod

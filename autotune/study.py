@@ -194,9 +194,9 @@ class Search:
 
     # -- one candidate -----------------------------------------------------------
 
-    def _kernel_task(self, config: Config, compiled, repeats: int | None = None) -> KernelTask | Failure:
+    def _kernel_task(self, config: Config, compiled) -> KernelTask | Failure:
         return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,
-                           self.settings.warmup, repeats or self.settings.repeats)
+                           self.settings.warmup, self.settings.repeats)
 
     def _candidate_timeout(self, cublas: Measurement) -> float:
         """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
@@ -358,7 +358,7 @@ class Search:
                                 self.objective.name, cublas_window=cublas_window)
         config = self.space.config(self._best_trial(study).params)
         compiled = pool.submit(render(self.space, config, self.gpu), self.gpu.sm).result()
-        task = self._kernel_task(config, compiled, self.settings.repeats)
+        task = self._kernel_task(config, compiled)
         if isinstance(task, Failure):
             raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")
         cublas_runs, kernel_runs = [], []

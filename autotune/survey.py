@@ -52,6 +52,11 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
     return _Walk(space, gpu, problem, limit).run()
 
 
+def feasible_configs(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None) -> list[Config]:
+    """The configs of ``space`` that pass every static rule on ``gpu``, in enumeration order."""
+    return [verdict.config for verdict in survey(space, gpu, problem).feasible]
+
+
 class _Walk:
     def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None, limit: int | None):
         self.space, self.gpu, self.limit = space, gpu, limit

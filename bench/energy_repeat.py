@@ -42,9 +42,9 @@ def main() -> None:
         gpu = GPUS[worker.environment().gpu_key]
         rows = [r for r in store.best(gpu.key, problem, limit=20) if load_space(r.family).priority >= 0]
         fallback = load_space(families_for_dtype(problem.dtype)[0])
-        candidates = [(load_space(r.family), r.params) for r in rows] or [(fallback, dict(fallback.seeds[0].params))]
-        for space, params in candidates:  # the fastest recorded config that still compiles clean here
-            config = space.config(params)
+        candidates = [(load_space(r.family), load_space(r.family).config(r.params)) for r in rows] \
+            or [(fallback, fallback.seeds[0])]
+        for space, config in candidates:  # the fastest recorded config that still compiles clean here
             task = kernel_task(space, config, compile_kernel(render(space, config, gpu), gpu.sm), gpu, problem,
                                seed=0, warmup=3, repeats=10)
             if not isinstance(task, Failure):

@@ -8,6 +8,7 @@ from autotune.gpus import gpu_spec
 from autotune.records import Resources
 from autotune.render import KernelSource, render
 from autotune.space import load_space
+from autotune.survey import feasible_configs
 
 LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'k' for 'sm_90'
@@ -93,7 +94,7 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
     from autotune.cubin import read_resources
 
     spec, space = gpu_spec(gpu), load_space("sgemm")
-    configs = random.Random(7).sample(list(space.feasible(spec)), 6)
+    configs = random.Random(7).sample(feasible_configs(space, spec), 6)
     for config in configs:
         compiled = compile_kernel(render(space, config, spec), spec.sm)
         from_cubin = read_resources(compiled.cubin, compiled.entry)
@@ -110,7 +111,7 @@ def test_hgemm_spaces_compile_offline(family, gpu):
     import random
 
     spec, space = gpu_spec(gpu), load_space(family)
-    feasible = list(space.feasible(spec))
+    feasible = feasible_configs(space, spec)
     configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
     for config in configs:
         compiled = compile_kernel(render(space, config, spec), spec.sm)
@@ -126,7 +127,7 @@ def test_mma_family_is_the_fp16_default_where_it_runs():
 
     assert families_for_dtype("f16")[:2] == ["hgemm_mma", "hgemm_wmma"]  # then the ladder-only families
     mma = load_space("hgemm_mma")
-    assert not list(mma.feasible(gpu_spec("t4")))  # m16n8k16 needs sm_80
+    assert not feasible_configs(mma, gpu_spec("t4"))  # m16n8k16 needs sm_80
     assert mma.check(mma.seeds[0], gpu_spec("t4")).reason == "mma.sync m16n8k16 needs sm_80 or newer (t4 is sm_75)"
 
 

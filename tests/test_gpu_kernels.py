@@ -11,6 +11,7 @@ from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.render import render
 from autotune.space import load_space
+from autotune.survey import feasible_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +31,7 @@ def worker():
 
 def _sample_configs(space, gpu, count, seed=0):
     """The seeds, ``count`` random feasible configs, and for every knob value no config has yet, one that has it."""
-    feasible = list(space.feasible(gpu))
+    feasible = feasible_configs(space, gpu)
     rng = random.Random(seed)
     configs = list(space.seeds) + rng.sample(feasible, min(count, len(feasible)))
     rng.shuffle(feasible)

@@ -78,8 +78,10 @@ def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> l
     configs = [v.config for v in feasible]
     if limit is None or limit >= len(configs):
         return configs
-    seeds = [s for s in space.seeds if s in set(configs)][:limit]
-    rest = [c for c in configs if c not in set(seeds)]
+    present = set(configs)
+    seeds = [s for s in space.seeds if s in present][:limit]
+    chosen = set(seeds)
+    rest = [c for c in configs if c not in chosen]
     wanted = limit - len(seeds)
     step = len(rest) / wanted if wanted else 0
     return seeds + [rest[int(i * step)] for i in range(wanted)]
