@@ -51,6 +51,7 @@ class SearchSettings:
     repeats: int = 30
     jobs: int | None = None  # compile processes
     max_asks_per_trial: int = 50  # give up when the sampler keeps proposing infeasible configs
+    max_compile_errors: int = 24  # stop when this many candidates in a row failed to compile and none compiled
     objective: str = "time"  # time, energy, edp or pareto (autotune.objective)
     energy_seconds: float = 1.0  # length of an energy window
 
@@ -128,6 +129,8 @@ class Search:
             knob: optuna.distributions.CategoricalDistribution(values) for knob, values in space.knobs.items()
         }
         self.failures: dict[str, int] = {}
+        self.compile_errors_in_a_row = 0
+        self.compiled_any = False
 
     # -- the loop --------------------------------------------------------------
 
@@ -157,7 +160,9 @@ class Search:
                 futures = [(trial, config, pool.submit(render(self.space, config, self.gpu), self.gpu.sm))
                            for trial, config in batch]
                 for trial, config, future in futures:
-                    task = self._kernel_task(config, _compiled(future))
+                    compiled = _compiled(future)
+                    self._check_template_compiles(compiled)
+                    task = self._kernel_task(config, compiled)
                     outcome = task if isinstance(task, Failure) else self.worker.run(
                         task, timeout_s=self._candidate_timeout(cublas))
                     self._tell(study, trial, config, outcome, known, task)
@@ -193,6 +198,19 @@ class Search:
         return batch, asked
 
     # -- one candidate -----------------------------------------------------------
+
+    def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:
+        """Stop a search whose template does not compile at all, naming NVRTC's first error."""
+        if not isinstance(compiled, CompileFailure):
+            self.compiled_any = True
+            self.compile_errors_in_a_row = 0
+            return
+        self.compile_errors_in_a_row += 1
+        if not self.compiled_any and self.compile_errors_in_a_row >= self.settings.max_compile_errors:
+            raise SearchError(
+                f"{self.space.template} does not compile with NVRTC {self.env.nvrtc} for "
+                f"{self.gpu.sm}: {self.compile_errors_in_a_row} candidates in a row failed, "
+                f"the last with: {compiled.message}")
 
     def _kernel_task(self, config: Config, compiled) -> KernelTask | Failure:
         return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,

@@ -78,3 +78,24 @@ def test_pooled_measurement_merges_every_launch():
     assert merged.timing.samples_ms == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0) and merged.timing.median_ms == 3.5
     assert merged.tflops == pytest.approx(problem.tflops(3.5))
     assert (merged.max_error, merged.sm_clock_mhz, merged.throttle_reasons, merged.temperature_c) == (0.7, 1500, 4, 61)
+
+
+def test_a_template_that_never_compiles_stops_the_search_with_nvrtcs_error(tmp_path, worker):
+    from autotune.data_files import data_dir
+    from autotune.errors import SearchError
+    from autotune.space import SearchSpace, space_path
+
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    source = (data_dir("templates") / "sgemm.cu.j2").read_text()
+    (templates / "sgemm.cu.j2").write_text(source.replace("extern \"C\"", "this_is_not_cuda;\nextern \"C\"", 1))
+    text = space_path("sgemm").read_text()
+    (tmp_path / "sgemm.toml").write_text('template_dir = "templates"\n' + text)
+    space = SearchSpace(tmp_path / "sgemm.toml")
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    problem = GemmProblem(64, 64, 64)
+
+    with pytest.raises(SearchError, match=r"sgemm.cu.j2 does not compile .* 4 candidates in a row .*\.cu\(48\): error"):
+        Search(space, gpu_spec("h200"), problem, store, worker,
+               SearchSettings(trials=20, jobs=2, seed=1, max_compile_errors=4)).run()
+    assert store.failure_counts("h200", problem)[FailureClass.COMPILE_ERROR.value] == 4  # each one recorded
