@@ -161,11 +161,11 @@ class Search:
                            for trial, config in batch]
                 for trial, config, future in futures:
                     compiled = _compiled(future)
-                    self._check_template_compiles(compiled)
                     task = self._kernel_task(config, compiled)
                     outcome = task if isinstance(task, Failure) else self.worker.run(
                         task, timeout_s=self._candidate_timeout(cublas))
                     self._tell(study, trial, config, outcome, known, task)
+                    self._check_template_compiles(compiled)
                     if isinstance(outcome, Measurement) or _reached_gpu(outcome):
                         progress.evaluated += 1
                     progress.last = config.name
