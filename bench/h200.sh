@@ -3,7 +3,8 @@
 #
 #   bench/h200.sh tests                 the GPU test suite (pytest -m gpu; TESTS_K=EXPR selects with -k)
 #   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]...  searches, e.g. 4096:150 1024:100:f16
-#                                       4096:60:f16:pareto (f32 and time by default)
+#                                       4096:60:f16:pareto (f32 and time by default; SEARCH_TIMEOUT=S
+#                                       limits each search to S seconds)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
             IFS=: read -r size trials dtype objective <<< "$1"; shift
             dtype=${dtype:-f32}; objective=${objective:-time}
             python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --trials "$trials" \
-                --objective "$objective" --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_$objective.log" || status=1
+                --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_$objective.log" || status=1
         done
         ;;
     ladder)
