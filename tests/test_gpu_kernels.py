@@ -18,6 +18,8 @@ pytestmark = pytest.mark.gpu
 ODD_SHAPES = [
     (1, 1, 1), (17, 33, 65), (127, 65, 33), (33, 257, 129), (4097, 129, 31), (129, 4095, 7),
     (64, 64, 64), (255, 255, 1), (3, 1000, 17), (1000, 3, 300), (513, 511, 1025),
+    # K and N multiples of 8 but of no tile: the aligned main loops' zero-filled edges
+    (200, 264, 72), (129, 136, 520),
 ]
 
 
