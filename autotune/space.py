@@ -3,6 +3,8 @@
 A space file (``search_spaces/<family>.toml``) declares a kernel family as data:
 
 * ``[knobs]``: each knob's candidate values, in a fixed order;
+* ``[defaults]``: for knobs added after results were recorded, the value that
+  renders the kernel those results measured (filled in where a config lacks it);
 * ``[derived]``: named integer expressions over the knobs (threads, warp tile,
   shared-memory bytes, ...), evaluated in order;
 * ``[[rules]]``: ``require`` expressions that must hold, each with a ``reason``
@@ -154,6 +156,10 @@ class SearchSpace:
             self.knobs: dict[str, tuple[int, ...]] = {
                 name: tuple(int(v) for v in values) for name, values in data["knobs"].items()
             }
+            self.defaults: dict[str, int] = {name: int(v) for name, v in data.get("defaults", {}).items()}
+            unknown = set(self.defaults) - set(self.knobs)
+            if unknown:
+                raise SpaceError(f"{where}: [defaults] names {sorted(unknown)[0]!r}, which is not a knob")
             self.derived = {
                 name: _Expression(expr, f"{where} [derived] {name}") for name, expr in data.get("derived", {}).items()
             }
@@ -170,10 +176,12 @@ class SearchSpace:
     # -- configs ---------------------------------------------------------------
 
     def config(self, values: dict[str, int]) -> Config:
-        """The Config for knob values (every knob, each one of its listed values)."""
+        """The Config for knob values (every knob, each one of its listed values; knobs
+        with a ``[defaults]`` entry may be left out)."""
         unknown = set(values) - set(self.knobs)
         if unknown:
             raise InputError("knob", sorted(unknown)[0], ", ".join(self.knobs))
+        values = {**self.defaults, **values}
         params = []
         for knob, choices in self.knobs.items():
             if knob not in values:

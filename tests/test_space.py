@@ -82,6 +82,23 @@ def test_bad_knob_values_name_the_choices(sgemm):
         sgemm.config({**sgemm.seeds[0].as_dict(), "XX": 1})
 
 
+def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
+    assert sgemm.defaults == {"LEAN_BUILD": 0}
+    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob != "LEAN_BUILD"}
+    assert sgemm.config(old)["LEAN_BUILD"] == 0
+    assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
+    without = {knob: value for knob, value in old.items() if knob != "GROUP_M"}  # no default for GROUP_M
+    with pytest.raises(InputError, match="a value for every knob"):
+        sgemm.config(without)
+
+
+def test_defaults_must_name_knobs(tmp_path):
+    path = _space_file(tmp_path, "A == 1")
+    path.write_text(path.read_text().replace("[launch]", "[defaults]\nB = 1\n[launch]"))
+    with pytest.raises(SpaceError, match="'B', which is not a knob"):
+        SearchSpace(path)
+
+
 def _space_file(tmp_path, require):
     path = tmp_path / "bad.toml"
     path.write_text(
