@@ -177,9 +177,12 @@ def test_shipped_results_import_and_query_offline(tmp_path):
     assert "measurements added" in imported.stdout
     query = autotune("query", "--gpu", "h200", "--shape", "4096", "--db", db, "--json")
     rows = json.loads(query.stdout)
-    assert rows[0]["config"].startswith("sgemm_bm128_bn256_bk16") and 0.9 < rows[0]["ratio_to_cublas"] < 1.1
+    assert rows[0]["config"].startswith("sgemm_bm256_bn128_bk8") and rows[0]["config"].endswith("_lean_build1")
+    assert 0.9 < rows[0]["ratio_to_cublas"] < 1.1
+    half = json.loads(autotune("query", "--gpu", "h200", "--shape", "4096", "--dtype", "f16", "--db", db, "--json").stdout)
+    assert half[0]["config"].startswith("hgemm_mma_") and 0.5 < half[0]["ratio_to_cublas"] < 1.0
     exported = autotune("results", "export", "--gpu", "h200", "--db", db, "--per-problem", "1")
-    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 8  # 4 shapes x (cuBLAS + best)
+    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 12  # 6 problems x (cuBLAS + best)
     assert_one_line_error(autotune("results", "import", "--db", db), "tuned_db/h200.jsonl")
     assert_one_line_error(autotune("results", "export", "--db", db), "--gpu")
 
@@ -219,7 +222,8 @@ def test_selection_table_from_the_shipped_results(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = {row["shape"]: row for row in json.loads(result.stdout)}
     assert set(rows) == {"1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192"}
-    assert rows["8192x8192x8192"]["held_out_fraction_of_best"] > 0.9  # picked from 4096, timed at 8192 too
+    assert rows["4096x4096x4096"]["held_out_fraction_of_best"] > 0.9  # picked from 8192, timed at 4096 too
+    assert rows["8192x8192x8192"]["held_out_fraction_of_best"] is None  # 4096's pick was never timed at 8192
     text = autotune("table", "--gpu", "h200", "--db", db)
     assert "held-out picks measured on" in text.stdout
     assert_one_line_error(autotune("table", "--gpu", "h200", "--dtype", "f64", "--db", db), "'f64'")

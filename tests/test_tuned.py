@@ -60,12 +60,15 @@ def test_a_bad_line_names_its_number(tmp_path):
 
 
 def test_the_shipped_h200_results_load_and_rank():
-    """tuned_db/h200.jsonl: the H200 SGEMM searches, loadable on a machine with no GPU."""
+    """tuned_db/h200.jsonl: the H200 SGEMM and HGEMM searches, loadable on a machine with no GPU."""
     rows = list(tuned.read(SHIPPED))
-    shapes = {(problem.m, problem.n, problem.k) for _, problem, *_ in rows}
-    assert {(1024,) * 3, (2048,) * 3, (4096,) * 3, (8192,) * 3} <= shapes
-    space, h200 = load_space("sgemm"), gpu_spec("h200")
+    shapes = {(problem.m, problem.n, problem.k, problem.dtype) for _, problem, *_ in rows}
+    assert {(n, n, n, "f32") for n in (1024, 2048, 4096, 8192)} <= shapes
+    assert {(n, n, n, "f16") for n in (1024, 4096)} <= shapes
+    h200 = gpu_spec("h200")
     for env, problem, config, template_hash, measurement, _, _ in rows:
         assert env.gpu_key == "h200" and measurement.max_error <= 1.0
         if config is not None:
+            space = load_space(config.family)
+            assert space.dtype == problem.dtype
             assert space.check(config, h200).feasible, config.name
