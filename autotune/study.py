@@ -129,7 +129,6 @@ class Search:
             knob: optuna.distributions.CategoricalDistribution(values) for knob, values in space.knobs.items()
         }
         self.failures: dict[str, int] = {}
-        self.compile_errors_in_a_row = 0
         self.compiled_any = False
 
     # -- the loop --------------------------------------------------------------
@@ -200,17 +199,15 @@ class Search:
     # -- one candidate -----------------------------------------------------------
 
     def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:
-        """Stop a search whose template does not compile at all, naming NVRTC's first error."""
+        """Stop a search whose template has compiled for no candidate yet, naming NVRTC's error."""
         if not isinstance(compiled, CompileFailure):
             self.compiled_any = True
-            self.compile_errors_in_a_row = 0
             return
-        self.compile_errors_in_a_row += 1
-        if not self.compiled_any and self.compile_errors_in_a_row >= self.settings.max_compile_errors:
+        failed = self.failures.get(FailureClass.COMPILE_ERROR.value, 0)  # all of them, while none compiled
+        if not self.compiled_any and failed >= self.settings.max_compile_errors:
             raise SearchError(
                 f"{self.space.template} does not compile with NVRTC {self.env.nvrtc} for "
-                f"{self.gpu.sm}: {self.compile_errors_in_a_row} candidates in a row failed, "
-                f"the last with: {compiled.message}")
+                f"{self.gpu.sm}: {failed} candidates in a row failed, the last with: {compiled.message}")
 
     def _kernel_task(self, config: Config, compiled) -> KernelTask | Failure:
         return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,
