@@ -34,6 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import jinja2.meta
+
 from autotune.data_files import data_dir
 from autotune.errors import InputError, SpaceError
 from autotune.gpus import GpuSpec
@@ -153,6 +156,8 @@ class SearchSpace:
                 else data_dir("templates")
             self.description: str = data.get("description", "")
             self.priority: int = int(data.get("priority", 0))  # higher: the default family for its dtype
+            # Appended to the NVRTC target: "a" builds for sm_90a, whose instructions (wgmma) only sm_90 runs.
+            self.arch_suffix: str = str(data.get("arch_suffix", ""))
             self.knobs: dict[str, tuple[int, ...]] = {
                 name: tuple(int(v) for v in values) for name, values in data["knobs"].items()
             }
@@ -204,9 +209,13 @@ class SearchSpace:
 
     @property
     def template_hash(self) -> str:
-        """Hash of the template and this space file: part of every result's key."""
-        template = (self.template_dir / self.template).read_text()
-        return hashlib.sha256((template + "\0" + self.source_text).encode()).hexdigest()[:16]
+        """Hash of the template, the templates it imports and this space file: part of every result's key."""
+        texts = [(self.template_dir / name).read_text() for name in _template_files(self.template_dir, self.template)]
+        return hashlib.sha256("\0".join([*texts, self.source_text]).encode()).hexdigest()[:16]
+
+    def target(self, gpu: GpuSpec) -> str:
+        """The NVRTC target for ``gpu``: ``sm_90``, or ``sm_90a`` for a family with ``arch_suffix = "a"``."""
+        return gpu.sm + self.arch_suffix
 
     # -- rules -----------------------------------------------------------------
 
@@ -267,6 +276,23 @@ class SearchSpace:
             return reason.format_map(names)
         except (KeyError, AttributeError, IndexError, ValueError):
             return reason
+
+
+def _template_files(template_dir: Path, name: str) -> list[str]:
+    """``name`` and every template it imports or includes, each once."""
+    found: list[str] = []
+    pending = [name]
+    while pending:
+        current = pending.pop(0)
+        if current in found:
+            continue
+        found.append(current)
+        source = (template_dir / current).read_text()
+        pending += [ref for ref in jinja2.meta.find_referenced_templates(_PARSER.parse(source)) if ref]
+    return found
+
+
+_PARSER = jinja2.Environment()
 
 
 def space_path(family: str) -> Path:

@@ -132,12 +132,14 @@ def test_every_command_has_help_with_an_example():
         assert "example: autotune " + command in result.stdout
 
 
-@pytest.mark.parametrize("gpu, family", [("t4", "hgemm_wmma"), ("h200", "hgemm_mma")])
-def test_space_f16_picks_the_family_the_gpu_can_run(gpu, family):
+@pytest.mark.parametrize("gpu, family, arch", [
+    ("t4", "hgemm_wmma", "sm_75"), ("a100", "hgemm_mma", "sm_80"), ("h200", "hgemm_wgmma", "sm_90a"),
+])
+def test_space_f16_picks_the_family_the_gpu_can_run(gpu, family, arch):
     result = autotune("space", "--gpu", gpu, "--dtype", "f16", "--shape", "4097x4095x31", "--compile", "1", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["family"] == family and report["feasible"] > 0
+    assert report["family"] == family and report["feasible"] > 0 and report["arch"] == arch
     assert report["compiled"][0]["status"] == "ok"
 
 

@@ -105,27 +105,31 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
 
 
 @pytest.mark.parametrize("family, gpu", [("hgemm_wmma", "t4"), ("hgemm_wmma", "h200"), ("hgemm_mma", "a100"),
-                                         ("hgemm_mma", "h200")])
+                                         ("hgemm_mma", "h200"), ("hgemm_wgmma", "h200")])
 def test_hgemm_spaces_compile_offline(family, gpu):
-    """The tensor-core families render and compile (headers from pip) for sm_75, sm_80 and sm_90."""
+    """The tensor-core families render and compile (headers from pip) for sm_75, sm_80, sm_90 and sm_90a."""
     import random
 
     spec, space = gpu_spec(gpu), load_space(family)
     feasible = feasible_configs(space, spec)
     configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
     for config in configs:
-        compiled = compile_kernel(render(space, config, spec), spec.sm)
+        compiled = compile_kernel(render(space, config, spec), space.target(spec))
         assert not isinstance(compiled, CompileFailure), compiled.message
         assert compiled.resources.registers > 0
         if not config["SMEM_OPT_IN"]:
             assert compiled.resources.smem_static == space.values(config, spec)["SMEM_BYTES"]
-    assert all(not c["CP_ASYNC"] for c in configs) or spec.has_cp_async
+    assert all(not c.as_dict().get("CP_ASYNC") for c in configs) or spec.has_cp_async
 
 
-def test_mma_family_is_the_fp16_default_where_it_runs():
+def test_tensor_core_families_in_order_of_preference():
     from autotune.space import families_for_dtype
 
-    assert families_for_dtype("f16")[:2] == ["hgemm_mma", "hgemm_wmma"]  # then the ladder-only families
+    # wgmma where the GPU has it (sm_90), then mma.sync, then WMMA; then the ladder-only families
+    assert families_for_dtype("f16")[:3] == ["hgemm_wgmma", "hgemm_mma", "hgemm_wmma"]
+    wgmma = load_space("hgemm_wgmma")
+    assert not feasible_configs(wgmma, gpu_spec("a100"))
+    assert wgmma.target(gpu_spec("h200")) == "sm_90a" and load_space("hgemm_mma").target(gpu_spec("h200")) == "sm_90"
     mma = load_space("hgemm_mma")
     assert not feasible_configs(mma, gpu_spec("t4"))  # m16n8k16 needs sm_80
     assert mma.check(mma.seeds[0], gpu_spec("t4")).reason == "mma.sync m16n8k16 needs sm_80 or newer (t4 is sm_75)"

@@ -41,20 +41,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         print(json.dumps({
-            "family": space.family, "gpu": gpu.key, "arch": gpu.sm, "problem": problem.shape,
+            "family": space.family, "gpu": gpu.key, "arch": space.target(gpu), "problem": problem.shape,
             "dtype": problem.dtype, "configs": space.size, "feasible": len(feasible),
             "rejected": [{"count": n, "example": example} for example, n in rejected],
             "compiled": compiled,
         }, indent=2))
         return 0
 
-    print(f"{space.family} on {gpu.key} ({gpu.sm}), problem {problem.shape} {problem.dtype}: "
+    print(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
           f"{space.size} configs, {len(feasible)} pass the static rules, {space.size - len(feasible)} rejected")
     print("\nrejected (count, example reason):")
     for example, n in rejected:
         print(f"  {n:>7}  {example}")
     ok = sum(1 for row in compiled if row["status"] == "ok")
-    print(f"\ncompiled {len(compiled)} of {len(feasible)} feasible configs for {gpu.sm} "
+    print(f"\ncompiled {len(compiled)} of {len(feasible)} feasible configs for {space.target(gpu)} "
           f"({ok} fit; --compile N or all for more):")
     rows = [[row["config"], row["threads"], row["registers"], _kb(row["smem_bytes"]), row["spill_bytes"],
              row["status"]] for row in compiled]
@@ -97,7 +97,7 @@ def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, conf
     rows = []
     jobs = min(len(configs), 16)
     with CompilePool(jobs) as pool:
-        results = pool.map((render(space, c, gpu) for c in configs), gpu.sm)
+        results = pool.map((render(space, c, gpu) for c in configs), space.target(gpu))
         for config, result in zip(configs, results):
             launch = space.launch(config, gpu, problem)
             row = {"config": config.name, "params": config.as_dict(), "threads": launch.block[0],
