@@ -214,8 +214,9 @@ class SearchSpace:
         return hashlib.sha256("\0".join([*texts, self.source_text]).encode()).hexdigest()[:16]
 
     def target(self, gpu: GpuSpec) -> str:
-        """The NVRTC target for ``gpu``: ``sm_90``, or ``sm_90a`` for a family with ``arch_suffix = "a"``."""
-        return gpu.sm + self.arch_suffix
+        """The NVRTC target for ``gpu``: ``sm_90``, or ``sm_90a`` for a family with ``arch_suffix = "a"``
+        (arch-specific targets exist from sm_90 on; older GPUs get the plain one)."""
+        return gpu.sm + (self.arch_suffix if gpu.arch >= 90 else "")
 
     # -- rules -----------------------------------------------------------------
 

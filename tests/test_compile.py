@@ -130,6 +130,7 @@ def test_tensor_core_families_in_order_of_preference():
     wgmma = load_space("hgemm_wgmma")
     assert not feasible_configs(wgmma, gpu_spec("a100"))
     assert wgmma.target(gpu_spec("h200")) == "sm_90a" and load_space("hgemm_mma").target(gpu_spec("h200")) == "sm_90"
+    assert wgmma.target(gpu_spec("a100")) == "sm_80"  # no arch-specific target before sm_90
     mma = load_space("hgemm_mma")
     assert not feasible_configs(mma, gpu_spec("t4"))  # m16n8k16 needs sm_80
     assert mma.check(mma.seeds[0], gpu_spec("t4")).reason == "mma.sync m16n8k16 needs sm_80 or newer (t4 is sm_75)"
