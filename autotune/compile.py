@@ -115,8 +115,13 @@ def _cache_key(source: KernelSource, arch: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def compile_kernel(source: KernelSource, arch: str, use_cache: bool = True) -> CompiledKernel | CompileFailure:
-    """Compile ``source`` for ``arch`` (``"sm_90"``), from the disk cache when possible."""
+def compile_kernel(source: KernelSource, arch: str | None = None,
+                   use_cache: bool = True) -> CompiledKernel | CompileFailure:
+    """Compile ``source`` for ``arch`` (``"sm_90"``; by default the source's own target), from the
+    disk cache when possible."""
+    arch = arch or source.target
+    if not arch:
+        raise CompilerError(f"{source.entry}: no NVRTC target given")
     key = _cache_key(source, arch)
     cubin_path = cache_dir() / "cubins" / f"{key}.cubin"
     meta_path = cubin_path.with_suffix(".json")
@@ -171,10 +176,11 @@ class CompilePool:
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
         )
 
-    def submit(self, source: KernelSource, arch: str) -> concurrent.futures.Future:
+    def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
         return self._executor.submit(compile_kernel, source, arch)
 
-    def map(self, sources: Iterable[KernelSource], arch: str) -> Iterator[CompiledKernel | CompileFailure]:
+    def map(self, sources: Iterable[KernelSource],
+            arch: str | None = None) -> Iterator[CompiledKernel | CompileFailure]:
         """Compile in parallel; results come back in the order of ``sources``."""
         futures = [self.submit(source, arch) for source in sources]
         for future in futures:

@@ -17,7 +17,7 @@ from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.render import render
-from autotune.space import Config, SearchSpace, load_space
+from autotune.space import Config, load_space
 from autotune.study import kernel_task
 from autotune.worker import CublasTask, GpuWorker
 
@@ -71,7 +71,7 @@ def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProb
     store.add_measurement(env, problem, None, None, cublas, LADDER_STUDY)
     rungs = []
     with CompilePool(min(len(steps), 8)) as pool:
-        futures = [(label, config, config and _compile(pool, load_space(config.family), config, gpu))
+        futures = [(label, config, config and pool.submit(render(load_space(config.family), config, gpu)))
                    for label, config in steps]
         for label, config, future in futures:
             if config is None:
@@ -84,10 +84,6 @@ def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProb
                 store.add_measurement(env, problem, config, space.template_hash, outcome, LADDER_STUDY)
             rungs.append(Rung(label, config, outcome))
     return rungs, cublas
-
-
-def _compile(pool: CompilePool, space: SearchSpace, config: Config, gpu: GpuSpec):
-    return pool.submit(render(space, config, gpu), space.target(gpu))
 
 
 def _tuned_config(store: ResultStore, gpu: GpuSpec, problem: GemmProblem) -> Config | None:

@@ -14,11 +14,13 @@ from autotune.space import Config, SearchSpace
 
 @dataclasses.dataclass(frozen=True)
 class KernelSource:
-    """CUDA source for one config; ``entry`` is its ``extern "C"`` symbol."""
+    """CUDA source for one config; ``entry`` is its ``extern "C"`` symbol, ``target`` the NVRTC
+    target it is meant for (``sm_90``, ``sm_90a``; empty when the compiler is told)."""
 
     entry: str
     code: str
     template_hash: str
+    target: str = ""
 
 
 @functools.cache
@@ -54,4 +56,4 @@ def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
         code = _environment(str(space.template_dir)).get_template(space.template).render(**variables)
     except jinja2.UndefinedError as error:
         raise SpaceError(f"{space.template}: {error.message}") from None
-    return KernelSource(entry=config.name, code=code, template_hash=space.template_hash)
+    return KernelSource(entry=config.name, code=code, template_hash=space.template_hash, target=space.target(gpu))

@@ -207,7 +207,7 @@ class SearchSpace:
     def size(self) -> int:
         return functools.reduce(lambda a, b: a * len(b), self.knobs.values(), 1)
 
-    @property
+    @functools.cached_property
     def template_hash(self) -> str:
         """Hash of the template, the templates it imports and this space file: part of every result's key."""
         texts = [(self.template_dir / name).read_text() for name in _template_files(self.template_dir, self.template)]
@@ -279,6 +279,9 @@ class SearchSpace:
             return reason
 
 
+_PARSER = jinja2.Environment()
+
+
 def _template_files(template_dir: Path, name: str) -> list[str]:
     """``name`` and every template it imports or includes, each once."""
     found: list[str] = []
@@ -291,9 +294,6 @@ def _template_files(template_dir: Path, name: str) -> list[str]:
         source = (template_dir / current).read_text()
         pending += [ref for ref in jinja2.meta.find_referenced_templates(_PARSER.parse(source)) if ref]
     return found
-
-
-_PARSER = jinja2.Environment()
 
 
 def space_path(family: str) -> Path:

@@ -156,7 +156,7 @@ class Search:
                     if asked == 0:
                         break
                     continue
-                futures = [(trial, config, pool.submit(render(self.space, config, self.gpu), self.space.target(self.gpu)))
+                futures = [(trial, config, pool.submit(render(self.space, config, self.gpu)))
                            for trial, config in batch]
                 for trial, config, future in futures:
                     compiled = _compiled(future)
@@ -207,7 +207,8 @@ class Search:
         if not self.compiled_any and failed >= self.settings.max_compile_errors:
             raise SearchError(
                 f"{self.space.template} does not compile with NVRTC {self.env.nvrtc} for "
-                f"{self.space.target(self.gpu)}: {failed} candidates in a row failed, the last with: {compiled.message}")
+                f"{self.space.target(self.gpu)}: {failed} candidates in a row failed, the last with: "
+                f"{compiled.message}")
 
     def _kernel_task(self, config: Config, compiled) -> KernelTask | Failure:
         return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,
@@ -372,7 +373,7 @@ class Search:
             return SearchResult(self.name, progress.evaluated, None, None, cublas, failures,
                                 self.objective.name, cublas_window=cublas_window)
         config = self.space.config(self._best_trial(study).params)
-        compiled = pool.submit(render(self.space, config, self.gpu), self.space.target(self.gpu)).result()
+        compiled = pool.submit(render(self.space, config, self.gpu)).result()
         task = self._kernel_task(config, compiled)
         if isinstance(task, Failure):
             raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")

@@ -45,7 +45,7 @@ def main() -> None:
         candidates = [(load_space(r.family), load_space(r.family).config(r.params)) for r in rows] \
             or [(fallback, fallback.seeds[0])]
         for space, config in candidates:  # the fastest recorded config that still compiles clean here
-            task = kernel_task(space, config, compile_kernel(render(space, config, gpu), space.target(gpu)), gpu, problem,
+            task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
                                seed=0, warmup=3, repeats=10)
             if not isinstance(task, Failure):
                 break

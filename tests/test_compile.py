@@ -114,7 +114,7 @@ def test_hgemm_spaces_compile_offline(family, gpu):
     feasible = feasible_configs(space, spec)
     configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
     for config in configs:
-        compiled = compile_kernel(render(space, config, spec), space.target(spec))
+        compiled = compile_kernel(render(space, config, spec))
         assert not isinstance(compiled, CompileFailure), compiled.message
         assert compiled.resources.registers > 0
         if not config["SMEM_OPT_IN"]:

@@ -62,7 +62,7 @@ def test_energy_windows_of_cublas_and_a_seed_kernel(worker, dtype):
 
     space = load_space(families_for_dtype(dtype)[0])
     config = space.seeds[0]
-    task = kernel_task(space, config, compile_kernel(render(space, config, gpu), space.target(gpu)), gpu, problem,
+    task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
                        seed=0, warmup=3, repeats=10)  # fmt: skip
     timed = worker.run(task, timeout_s=120)
     assert isinstance(timed, Measurement), timed

@@ -50,7 +50,7 @@ def _run_all(worker, space, gpu, configs, problems):
     outcomes = []
     timed_out = set()  # a config that hangs once is not run again: the test fails anyway
     with CompilePool() as pool:
-        compiled = list(pool.map((render(space, c, gpu) for c in configs), space.target(gpu)))
+        compiled = list(pool.map(render(space, c, gpu) for c in configs))
     for config, kernel in zip(configs, compiled):
         assert not isinstance(kernel, CompileFailure), kernel
         for problem in problems:

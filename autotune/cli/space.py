@@ -97,7 +97,7 @@ def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, conf
     rows = []
     jobs = min(len(configs), 16)
     with CompilePool(jobs) as pool:
-        results = pool.map((render(space, c, gpu) for c in configs), space.target(gpu))
+        results = pool.map(render(space, c, gpu) for c in configs)
         for config, result in zip(configs, results):
             launch = space.launch(config, gpu, problem)
             row = {"config": config.name, "params": config.as_dict(), "threads": launch.block[0],
