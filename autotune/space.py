@@ -9,7 +9,9 @@ A space file (``search_spaces/<family>.toml``) declares a kernel family as data:
   shared-memory bytes, ...), evaluated in order;
 * ``[[rules]]``: ``require`` expressions that must hold, each with a ``reason``
   format string naming the values that broke it;
-* ``[launch]``: block size, grid and dynamic shared memory as expressions;
+* ``[launch]``: block size, grid and dynamic shared memory as expressions, and
+  ``[[launch.tensor_maps]]``: the TMA tensor maps a kernel reads (``when`` an
+  expression holds), see :mod:`autotune.tensor_map`;
 * ``[[seeds]]``: known-good configs a search tries first.
 
 Expressions are a small safe subset of Python (arithmetic, comparisons,
@@ -41,6 +43,7 @@ from autotune.data_files import data_dir
 from autotune.errors import InputError, SpaceError
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
+from autotune.tensor_map import TensorMapSpec
 
 KB = 1024
 
@@ -74,6 +77,7 @@ class Launch:
     block: tuple[int, int, int]
     dynamic_smem: int  # bytes passed at launch (0 for static shared memory)
     opt_in: bool  # whether the kernel raises its dynamic shared-memory limit
+    tensor_maps: tuple[TensorMapSpec, ...] = ()  # encoded by the launcher for each launch's operands
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +139,35 @@ class Rule:
     reason: str
 
 
+@dataclasses.dataclass(frozen=True)
+class _TensorMapEntry:
+    """A ``[[launch.tensor_maps]]`` entry: a TensorMapSpec whose box and swizzle are expressions."""
+
+    when: _Expression
+    symbol: str
+    operand: str
+    box: tuple[_Expression, _Expression]
+    swizzle: _Expression
+
+    @classmethod
+    def parse(cls, data: dict, where: str) -> _TensorMapEntry:
+        box = data["box"]
+        if not isinstance(box, list) or len(box) != 2:
+            raise SpaceError(f"{where}: box must be [columns, rows], got {box!r}")
+        return cls(_Expression(data.get("when", "True"), f"{where} when"), str(data["symbol"]), str(data["operand"]),
+                   (_Expression(box[0], f"{where} box"), _Expression(box[1], f"{where} box")),
+                   _Expression(data["swizzle"], f"{where} swizzle"))
+
+    def spec(self, names: dict[str, Any]) -> TensorMapSpec | None:
+        if not self.when(names):
+            return None
+        try:
+            return TensorMapSpec(self.symbol, self.operand, (int(self.box[0](names)), int(self.box[1](names))),
+                                 int(self.swizzle(names)))
+        except ValueError as error:
+            raise SpaceError(f"tensor map {self.symbol}: {error}") from None
+
+
 class SearchSpace:
     """A kernel family's knobs, rules and launch geometry, loaded from a TOML file."""
 
@@ -174,6 +207,8 @@ class SearchSpace:
             launch = data["launch"]
             self._launch = {key: _Expression(launch[key], f"{where} [launch] {key}") for key in
                             ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")}
+            self._tensor_maps = [_TensorMapEntry.parse(entry, f"{where} [[launch.tensor_maps]] {i}")
+                                 for i, entry in enumerate(launch.get("tensor_maps", []))]
             self.seeds = [self.config(seed) for seed in data.get("seeds", [])]
         except KeyError as error:
             raise SpaceError(f"{where}: missing {error}") from None
@@ -265,6 +300,7 @@ class SearchSpace:
             block=(int(get("block")), 1, 1),
             dynamic_smem=int(get("dynamic_smem")),
             opt_in=bool(get("opt_in")),
+            tensor_maps=tuple(spec for entry in self._tensor_maps if (spec := entry.spec(names)) is not None),
         )
 
     def verdicts(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Verdict]:

@@ -436,7 +436,7 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
         return Failure(FailureClass.RESOURCE.value, violation)
     return KernelTask(cubin=compiled.cubin, entry=compiled.entry, grid=launch.grid, block=launch.block,
                       dynamic_smem=launch.dynamic_smem, problem=problem, seed=seed, warmup=warmup,
-                      repeats=repeats, resources=resources)
+                      repeats=repeats, resources=resources, tensor_maps=launch.tensor_maps)
 
 
 def _ms(trial) -> float:

@@ -34,6 +34,7 @@ from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import spec_for_device
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
+from autotune.tensor_map import TensorMapSpec
 
 SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 FAULT_EXIT_CODE = 70  # the child exits with this after a fault poisoned its context
@@ -85,7 +86,9 @@ class KernelTask:
     """Verify and time one compiled kernel.
 
     The kernel's signature is ``(const T* A, const T* B, T* C, int M, int N,
-    int K, float alpha, float beta)``, row-major, launched as given.
+    int K, float alpha, float beta)``, row-major, launched as given. Its TMA
+    tensor maps (if any) are encoded for the operands and written into the
+    module before it runs.
     """
 
     cubin: bytes
@@ -98,6 +101,7 @@ class KernelTask:
     warmup: int
     repeats: int
     resources: Resources | None = None
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +301,10 @@ class CupyBackend:
         raise TypeError(f"CupyBackend cannot run {type(task).__name__}")
 
     def classify(self, exc: Exception) -> tuple[str, bool]:
+        from autotune.tensor_map import TensorMapError
+
+        if isinstance(exc, TensorMapError):
+            return FailureClass.LAUNCH_ERROR.value, True
         status = self._cuda_status(exc)
         verdict = classify_cuda_status(status) if status is not None else (FailureClass.CRASH.value, True)
         if verdict[1]:
@@ -442,18 +450,47 @@ class CupyBackend:
 
 
 class _KernelLaunch:
-    """``launch(problem, out)``: one launch of a loaded kernel on fixed A and B."""
+    """``launch(problem, out)``: one launch of a loaded kernel on fixed A and B.
+
+    The kernel's tensor maps are written before its first launch and again only
+    when the problem or the output buffer changes.
+    """
 
     def __init__(self, function, task: KernelTask, operands, stream):
         self.function, self.task, self.operands, self.stream = function, task, operands, stream
+        self._mapped: tuple | None = None  # what the module's tensor maps describe now
 
     def __call__(self, problem: GemmProblem, out) -> None:
+        if self.task.tensor_maps:
+            key = (problem.m, problem.n, problem.k, out.data.ptr)
+            if key != self._mapped:
+                self._write_tensor_maps(problem, out)
+                self._mapped = key
         args = (
             self.operands.a, self.operands.b, out,
             numpy.int32(problem.m), numpy.int32(problem.n), numpy.int32(problem.k),
             numpy.float32(problem.alpha), numpy.float32(problem.beta),
         )  # fmt: skip
         self.function(self.task.grid, self.task.block, args, shared_mem=self.task.dynamic_smem, stream=self.stream)
+
+    def _write_tensor_maps(self, problem: GemmProblem, out) -> None:
+        """Encode each map for its operand and copy it into the module's global; a map of an operand TMA
+        cannot read is left alone (the kernel checks the same and copies element-wise)."""
+        import cupy
+
+        from autotune import tensor_map
+
+        arrays = {"A": self.operands.a, "B": self.operands.b, "C": out}
+        self.stream.synchronize()  # no earlier launch still reads the globals
+        for spec in self.task.tensor_maps:
+            array = arrays[spec.operand]
+            rows, columns = spec.shape(problem.m, problem.n, problem.k)
+            if not tensor_map.fits_tma(array.data.ptr, columns, array.itemsize):
+                continue
+            host = numpy.frombuffer(tensor_map.encode(spec, array.data.ptr, rows, columns, array.itemsize),
+                                    dtype=numpy.uint8)
+            cupy.cuda.runtime.memcpy(self.function.module.get_global_var(spec.symbol), host.ctypes.data,
+                                     host.nbytes, cupy.cuda.runtime.memcpyHostToDevice)
 
 
 def launches_per_batch(launch_ms: float, batch_ms: float = ENERGY_BATCH_MS) -> int:

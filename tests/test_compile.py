@@ -5,6 +5,7 @@ import pytest
 from autotune.check import resource_violation
 from autotune.compile import CompileFailure, compile_kernel, parse_resources
 from autotune.gpus import gpu_spec
+from autotune.problem import make_problem
 from autotune.records import Resources
 from autotune.render import KernelSource, render
 from autotune.space import load_space
@@ -148,3 +149,15 @@ def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
         assert space.check(config, spec).feasible, (step.label, space.check(config, spec).reason)
         compiled = compile_kernel(render(space, config, spec), spec.sm)
         assert not isinstance(compiled, CompileFailure), (step.label, compiled.message)
+
+
+def test_tma_kernels_define_the_tensor_maps_their_space_names():
+    """The launcher writes each map into the global its space file names: the cubin must hold that symbol."""
+    wgmma, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
+    for seed in (s for s in wgmma.seeds if s["TMA"]):
+        compiled = compile_kernel(render(wgmma, seed, h200))
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        specs = wgmma.launch(seed, h200, make_problem("1024", "f16")).tensor_maps
+        assert {spec.operand for spec in specs} == {"A", "B", "C"}
+        for spec in specs:
+            assert b"\0" + spec.symbol.encode() + b"\0" in compiled.cubin, spec.symbol

@@ -120,3 +120,55 @@ def test_expressions_are_whitelisted(tmp_path, expression):
 def test_unknown_family_lists_choices():
     with pytest.raises(InputError, match="sgemm"):
         load_space("nope")
+
+
+def test_tma_configs_name_their_tensor_maps_and_launch_whole_clusters():
+    from autotune.tensor_map import TensorMapSpec
+
+    wgmma, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
+    clustered = next(s for s in wgmma.seeds if s["TMA"] and s["CLUSTER_N"] == 2)
+    assert (clustered["WG_M"], clustered["WN"], clustered["BK"]) == (2, 64, 64)  # a 128x64x64 tile
+    launch = wgmma.launch(clustered, h200, make_problem("200x136x72", "f16"))
+    assert launch.tensor_maps == (
+        TensorMapSpec("tensor_map_a", "A", (64, 64), 128),  # half of A's 128 rows per block of the pair
+        TensorMapSpec("tensor_map_b", "B", (64, 64), 128),
+        TensorMapSpec("tensor_map_c", "C", (64, 128), 128),
+    )
+    assert launch.grid == (4, 2, 1)  # 136 columns need 3 tiles of 64: rounded up to whole clusters of 2
+    plain = next(s for s in wgmma.seeds if not s["TMA"])
+    assert wgmma.launch(plain, h200, make_problem("200x136x72", "f16")).tensor_maps == ()
+
+
+def test_tma_rules_reject_with_reasons():
+    wgmma, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
+    seed = next(s for s in wgmma.seeds if s["TMA"]).as_dict()
+    assert wgmma.check(wgmma.config({**seed, "PRODUCER": 0}), h200).reason == \
+        "TMA loads are issued by the producer warpgroup (PRODUCER is 0)"
+    assert wgmma.check(wgmma.config({**seed, "TMA": 0, "CLUSTER_M": 2}), h200).reason == \
+        "a 1x2 cluster shares tiles through TMA multicast (TMA is 0)"
+    old = {knob: value for knob, value in seed.items() if knob not in ("TMA", "CLUSTER_M", "CLUSTER_N")}
+    assert wgmma.config({**old, "PRODUCER": 0}).as_dict()["TMA"] == 0  # results from before TMA load as cp.async
+
+
+def test_tensor_map_entries_are_checked(tmp_path):
+    path = _space_file(tmp_path, "A == 1")
+    entry = '[[launch.tensor_maps]]\nsymbol = "m"\noperand = "A"\nbox = ["A"]\nswizzle = "128"\n'
+    path.write_text(path.read_text().replace("[[rules]]", entry + "[[rules]]"))
+    with pytest.raises(SpaceError, match=r"box must be \[columns, rows\]"):
+        SearchSpace(path)
+    path.write_text(path.read_text().replace('box = ["A"]', 'box = ["A", "300"]'))
+    space = SearchSpace(path)
+    with pytest.raises(SpaceError, match="each side must be 1..256"):
+        space.launch(space.config({"A": 1}), gpu_spec("h200"), make_problem("64", "f32"))
+
+
+def test_tensor_map_spec_validates_and_knows_operand_shapes():
+    from autotune.tensor_map import TensorMapSpec, fits_tma
+
+    spec = TensorMapSpec("tensor_map_b", "B", (64, 32), 128)
+    assert spec.shape(m=100, n=200, k=300) == (300, 200)
+    assert TensorMapSpec("c", "C", (64, 64), 0).shape(100, 200, 300) == (100, 200)
+    for bad in [dict(operand="D"), dict(swizzle=16), dict(box=(257, 8))]:
+        with pytest.raises(ValueError):
+            TensorMapSpec(**{"symbol": "x", "operand": "A", "box": (64, 64), "swizzle": 128, **bad})
+    assert fits_tma(0x1000, 8, 2) and not fits_tma(0x1008, 8, 2) and not fits_tma(0x1000, 12, 2)
