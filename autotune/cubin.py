@@ -1,7 +1,8 @@
-"""Read a kernel's resource usage from the cubin itself (ELF ``.nv.info`` attributes).
+"""Read a kernel's resource usage and parameters from the cubin itself (ELF ``.nv.info`` attributes).
 
-Used when NVRTC's log carries no ptxas report for a compile, which happens
-with some NVRTC builds for sources they have compiled before.
+Resources are read here when NVRTC's log carries no ptxas report for a compile,
+which happens with some NVRTC builds for sources they have compiled before;
+parameter sizes let the launcher check that a kernel takes what it passes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from autotune.records import Resources
 
 _EIATTR_FRAME_SIZE = 0x11
 _EIATTR_REGCOUNT = 0x2F
+_EIATTR_KPARAM_INFO = 0x17  # per parameter: index, ordinal, offset, size and flags
 _SYSTEM_RESERVED_SMEM = 1024  # per block, reserved for the CUDA runtime from sm_80 on
 _EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
 
@@ -69,3 +71,13 @@ def read_resources(cubin: bytes, entry: str, dynamic_smem: int = 0) -> Resources
     frame = frame or 0
     return Resources(registers=registers, smem_static=smem, smem_dynamic=dynamic_smem,
                      spill_stores=frame, spill_loads=frame, stack_frame=frame)
+
+
+def parameter_sizes(cubin: bytes, entry: str) -> tuple[int, ...]:
+    """The byte size of each of ``entry``'s parameters, in order; empty where the cubin does not say."""
+    sizes = {}
+    for attribute, payload in _attributes(_sections(cubin).get(f".nv.info.{entry}", b"")):
+        if attribute == _EIATTR_KPARAM_INFO and len(payload) == 12:
+            _index, ordinal, _offset, flags = struct.unpack("<IHHI", payload)
+            sizes[ordinal] = (flags >> 18) & 0x3FFF
+    return tuple(sizes[i] for i in range(len(sizes))) if set(sizes) == set(range(len(sizes))) else ()

@@ -10,8 +10,8 @@ A space file (``search_spaces/<family>.toml``) declares a kernel family as data:
 * ``[[rules]]``: ``require`` expressions that must hold, each with a ``reason``
   format string naming the values that broke it;
 * ``[launch]``: block size, grid and dynamic shared memory as expressions, and
-  ``[[launch.tensor_maps]]``: the TMA tensor maps a kernel reads (``when`` an
-  expression holds), see :mod:`autotune.tensor_map`;
+  ``[[launch.tensor_maps]]``: the TMA tensor maps a kernel takes after the GEMM
+  arguments (``when`` an expression holds), see :mod:`autotune.tensor_map`;
 * ``[[seeds]]``: known-good configs a search tries first.
 
 Expressions are a small safe subset of Python (arithmetic, comparisons,
@@ -77,7 +77,7 @@ class Launch:
     block: tuple[int, int, int]
     dynamic_smem: int  # bytes passed at launch (0 for static shared memory)
     opt_in: bool  # whether the kernel raises its dynamic shared-memory limit
-    tensor_maps: tuple[TensorMapSpec, ...] = ()  # encoded by the launcher for each launch's operands
+    tensor_maps: tuple[TensorMapSpec, ...] = ()  # passed after the GEMM arguments, encoded for each launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +144,7 @@ class _TensorMapEntry:
     """A ``[[launch.tensor_maps]]`` entry: a TensorMapSpec whose box and swizzle are expressions."""
 
     when: _Expression
-    symbol: str
+    name: str
     operand: str
     box: tuple[_Expression, _Expression]
     swizzle: _Expression
@@ -154,7 +154,7 @@ class _TensorMapEntry:
         box = data["box"]
         if not isinstance(box, list) or len(box) != 2:
             raise SpaceError(f"{where}: box must be [columns, rows], got {box!r}")
-        return cls(_Expression(data.get("when", "True"), f"{where} when"), str(data["symbol"]), str(data["operand"]),
+        return cls(_Expression(data.get("when", "True"), f"{where} when"), str(data["name"]), str(data["operand"]),
                    (_Expression(box[0], f"{where} box"), _Expression(box[1], f"{where} box")),
                    _Expression(data["swizzle"], f"{where} swizzle"))
 
@@ -162,10 +162,10 @@ class _TensorMapEntry:
         if not self.when(names):
             return None
         try:
-            return TensorMapSpec(self.symbol, self.operand, (int(self.box[0](names)), int(self.box[1](names))),
+            return TensorMapSpec(self.name, self.operand, (int(self.box[0](names)), int(self.box[1](names))),
                                  int(self.swizzle(names)))
         except ValueError as error:
-            raise SpaceError(f"tensor map {self.symbol}: {error}") from None
+            raise SpaceError(f"tensor map {self.name}: {error}") from None
 
 
 class SearchSpace:

@@ -26,6 +26,7 @@ import optuna
 
 from autotune.check import resource_violation
 from autotune.compile import CompiledKernel, CompileFailure, CompilePool
+from autotune.cubin import parameter_sizes
 from autotune.db import ResultStore
 from autotune.errors import FailureClass, SearchError
 from autotune.gpus import GpuSpec
@@ -34,7 +35,8 @@ from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
 from autotune.render import render
 from autotune.space import Config, SearchSpace
-from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask
+from autotune.tensor_map import TENSOR_MAP_BYTES
+from autotune.worker import GEMM_ARGUMENT_BYTES, CublasTask, EnergyTask, GpuWorker, KernelTask
 
 STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
@@ -430,6 +432,11 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
     if isinstance(compiled, CompileFailure):
         return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
     launch = space.launch(config, gpu, problem)
+    expected = GEMM_ARGUMENT_BYTES + (TENSOR_MAP_BYTES,) * len(launch.tensor_maps)
+    taken = parameter_sizes(compiled.cubin, compiled.entry)
+    if taken and taken != expected:
+        return Failure(FailureClass.LAUNCH_ERROR.value, f"{compiled.entry} takes parameters of {list(taken)} bytes; "
+                       f"its launch passes {list(expected)}")
     resources = dataclasses.replace(compiled.resources, smem_dynamic=launch.dynamic_smem)
     violation = resource_violation(resources, launch.block[0], gpu, launch.opt_in)
     if violation:

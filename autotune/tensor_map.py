@@ -1,12 +1,12 @@
 """TMA tensor maps: what a kernel asks for, and their encoding by the CUDA driver.
 
 A family whose kernels load tiles with TMA (``cp.async.bulk.tensor``) declares
-the maps in its space file (``[[launch.tensor_maps]]``); the kernel reads them
-from module globals, so its signature stays the GEMM one. The launcher encodes
-each map for the operands of a launch (``cuTensorMapEncodeTiled``) and copies
-its 128 bytes into the global before the kernel runs. A map is only encoded
-for an operand TMA can read (16-byte aligned start and rows); kernels check
-the same condition and copy element-wise otherwise.
+the maps in its space file (``[[launch.tensor_maps]]``); its kernels take them
+by value (``const __grid_constant__``) after the GEMM arguments, in that order.
+The launcher encodes each map for the operands of a launch
+(``cuTensorMapEncodeTiled``). A map is only encoded for an operand TMA can
+address (16-byte aligned start and rows; zeros are passed otherwise); kernels
+check the same condition and copy element-wise where it fails.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ class TensorMapError(AutotuneError):
 
 @dataclasses.dataclass(frozen=True)
 class TensorMapSpec:
-    """One tensor map a kernel reads: its module global, operand, box and swizzle."""
+    """One tensor map a kernel takes: its parameter name, operand, box and swizzle."""
 
-    symbol: str  # the kernel's ``__constant__`` (or ``__device__``) global that holds the map
+    name: str  # the kernel parameter
     operand: str  # "A", "B" or "C"
     box: tuple[int, int]  # (columns, rows) in elements, copied per TMA load
     swizzle: int  # bytes: 0, 32, 64 or 128
@@ -78,7 +78,7 @@ def encode(spec: TensorMapSpec, pointer: int, rows: int, columns: int, element_b
     )
     if status != 0:
         raise TensorMapError(
-            f"cuTensorMapEncodeTiled refused {spec.symbol} ({spec.operand}: {rows} x {columns}, box {spec.box}, "
+            f"cuTensorMapEncodeTiled refused {spec.name} ({spec.operand}: {rows} x {columns}, box {spec.box}, "
             f"swizzle {spec.swizzle} B, address {pointer:#x}): CUresult {status}"
         )
     return ctypes.string_at(address, TENSOR_MAP_BYTES)

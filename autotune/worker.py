@@ -34,9 +34,12 @@ from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import spec_for_device
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
-from autotune.tensor_map import TensorMapSpec
+from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapSpec
 
 SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
+# A CUtensorMap passed by value: CuPy passes a one-element structured array as the struct.
+TENSOR_MAP_DTYPE = numpy.dtype({"names": ["opaque"], "formats": [(numpy.uint64, TENSOR_MAP_BYTES // 8)],
+                                "itemsize": TENSOR_MAP_BYTES})
 FAULT_EXIT_CODE = 70  # the child exits with this after a fault poisoned its context
 PROBE_EXIT_CODE = 3  # ProbeTask("exit")
 CLOSE_WAIT_S = 5.0  # how long close() lets the child exit on its own
@@ -449,48 +452,43 @@ class CupyBackend:
         return None
 
 
+GEMM_ARGUMENT_BYTES = (8, 8, 8, 4, 4, 4, 4, 4)  # A, B, C, M, N, K, alpha, beta: what every kernel takes first
+
+
 class _KernelLaunch:
     """``launch(problem, out)``: one launch of a loaded kernel on fixed A and B.
 
-    The kernel's tensor maps are written before its first launch and again only
-    when the problem or the output buffer changes.
+    The kernel's tensor maps (if any) follow the GEMM arguments; they are encoded
+    for the first launch and again only when the problem or the output changes.
     """
 
     def __init__(self, function, task: KernelTask, operands, stream):
         self.function, self.task, self.operands, self.stream = function, task, operands, stream
-        self._mapped: tuple | None = None  # what the module's tensor maps describe now
+        self._maps: tuple = ()
+        self._mapped: tuple | None = None  # (m, n, k, output address) the maps describe
 
     def __call__(self, problem: GemmProblem, out) -> None:
-        if self.task.tensor_maps:
-            key = (problem.m, problem.n, problem.k, out.data.ptr)
-            if key != self._mapped:
-                self._write_tensor_maps(problem, out)
-                self._mapped = key
+        if self.task.tensor_maps and (problem.m, problem.n, problem.k, out.data.ptr) != self._mapped:
+            self._maps = tuple(self._encode(spec, problem, out) for spec in self.task.tensor_maps)
+            self._mapped = (problem.m, problem.n, problem.k, out.data.ptr)
         args = (
             self.operands.a, self.operands.b, out,
             numpy.int32(problem.m), numpy.int32(problem.n), numpy.int32(problem.k),
-            numpy.float32(problem.alpha), numpy.float32(problem.beta),
+            numpy.float32(problem.alpha), numpy.float32(problem.beta), *self._maps,
         )  # fmt: skip
         self.function(self.task.grid, self.task.block, args, shared_mem=self.task.dynamic_smem, stream=self.stream)
 
-    def _write_tensor_maps(self, problem: GemmProblem, out) -> None:
-        """Encode each map for its operand and copy it into the module's global; a map of an operand TMA
-        cannot read is left alone (the kernel checks the same and copies element-wise)."""
-        import cupy
-
+    def _encode(self, spec, problem: GemmProblem, out):
+        """The map of ``spec``'s operand as a 128-byte kernel argument; zeros for an operand TMA cannot
+        address (the kernel checks the same and copies element-wise)."""
         from autotune import tensor_map
 
-        arrays = {"A": self.operands.a, "B": self.operands.b, "C": out}
-        self.stream.synchronize()  # no earlier launch still reads the globals
-        for spec in self.task.tensor_maps:
-            array = arrays[spec.operand]
-            rows, columns = spec.shape(problem.m, problem.n, problem.k)
-            if not tensor_map.fits_tma(array.data.ptr, columns, array.itemsize):
-                continue
-            host = numpy.frombuffer(tensor_map.encode(spec, array.data.ptr, rows, columns, array.itemsize),
-                                    dtype=numpy.uint8)
-            cupy.cuda.runtime.memcpy(self.function.module.get_global_var(spec.symbol), host.ctypes.data,
-                                     host.nbytes, cupy.cuda.runtime.memcpyHostToDevice)
+        array = {"A": self.operands.a, "B": self.operands.b, "C": out}[spec.operand]
+        rows, columns = spec.shape(problem.m, problem.n, problem.k)
+        encoded = (tensor_map.encode(spec, array.data.ptr, rows, columns, array.itemsize)
+                   if tensor_map.fits_tma(array.data.ptr, columns, array.itemsize)
+                   else bytes(TENSOR_MAP_BYTES))
+        return numpy.frombuffer(encoded, dtype=TENSOR_MAP_DTYPE).copy()
 
 
 def launches_per_batch(launch_ms: float, batch_ms: float = ENERGY_BATCH_MS) -> int:

@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from autotune.compile import compile_kernel
+from recorded import best_task
+
 from autotune.db import ResultStore, default_url
 from autotune.gpus import GPUS
 from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.render import render
-from autotune.space import families_for_dtype, load_space
-from autotune.study import kernel_task
 from autotune.worker import EnergyTask, GpuWorker
 
 
@@ -40,18 +38,7 @@ def main() -> None:
     store = ResultStore(args.db or default_url())
     with GpuWorker() as worker:
         gpu = GPUS[worker.environment().gpu_key]
-        rows = [r for r in store.best(gpu.key, problem, limit=20) if load_space(r.family).priority >= 0]
-        fallback = load_space(families_for_dtype(problem.dtype)[0])
-        candidates = [(load_space(r.family), load_space(r.family).config(r.params)) for r in rows] \
-            or [(fallback, fallback.seeds[0])]
-        for space, config in candidates:  # the fastest recorded config that still compiles clean here
-            task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
-                               seed=0, warmup=3, repeats=10)
-            if not isinstance(task, Failure):
-                break
-            print(f"skipped {config.name}: {task.message}")
-        else:
-            raise SystemExit("no recorded config compiles clean here")
+        config, task = best_task(store, gpu, problem)
         print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
         for label, kernel in ((config.name, task), ("cuBLAS", None)):
             windows = []

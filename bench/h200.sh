@@ -7,6 +7,7 @@
 #                                       limits each search to S seconds)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
+#   bench/h200.sh ratio DTYPE:SIZE...   the best config against cuBLAS, alternated 10 times
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #
@@ -60,6 +61,13 @@ while [ $# -gt 0 ]; do
                 2>&1 | tee "$OUT/energy_${dtype}_$size.log" || status=1
         done
         ;;
+    ratio)
+        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
+            IFS=: read -r dtype size <<< "$1"; shift
+            python3 bench/ratio_repeat.py --shape "$size" --dtype "$dtype" --rounds 10 --db "$DB" \
+                2>&1 | tee "$OUT/ratio_${dtype}_$size.log" || status=1
+        done
+        ;;
     import)
         while [ $# -gt 0 ] && [[ $1 == *.jsonl ]]; do
             python3 -m autotune results import "$1" --db "$DB" 2>&1 | tee -a "$OUT/import.log" || status=1
@@ -72,7 +80,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., import FILE..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., mismatch" >&2; exit 2
         ;;
     esac
 done

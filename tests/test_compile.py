@@ -151,13 +151,22 @@ def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
         assert not isinstance(compiled, CompileFailure), (step.label, compiled.message)
 
 
-def test_tma_kernels_define_the_tensor_maps_their_space_names():
-    """The launcher writes each map into the global its space file names: the cubin must hold that symbol."""
-    wgmma, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
-    for seed in (s for s in wgmma.seeds if s["TMA"]):
+def test_tma_kernels_take_the_tensor_maps_their_space_names():
+    """After the GEMM arguments a TMA kernel takes one 128-byte map per entry of its space file;
+    a launch that would pass something else fails before it reaches the GPU."""
+    from autotune.cubin import parameter_sizes
+    from autotune.study import kernel_task
+
+    wgmma, h200, problem = load_space("hgemm_wgmma"), gpu_spec("h200"), make_problem("1024", "f16")
+    tma = [s for s in wgmma.seeds if s["TMA"]]
+    assert tma
+    for seed in tma:
         compiled = compile_kernel(render(wgmma, seed, h200))
         assert not isinstance(compiled, CompileFailure), compiled.message
-        specs = wgmma.launch(seed, h200, make_problem("1024", "f16")).tensor_maps
-        assert {spec.operand for spec in specs} == {"A", "B", "C"}
-        for spec in specs:
-            assert b"\0" + spec.symbol.encode() + b"\0" in compiled.cubin, spec.symbol
+        specs = wgmma.launch(seed, h200, problem).tensor_maps
+        assert [spec.operand for spec in specs] == ["A", "B", "C"]
+        assert parameter_sizes(compiled.cubin, compiled.entry) == (8, 8, 8, 4, 4, 4, 4, 4) + (128,) * len(specs)
+    plain = compile_kernel(render(wgmma, wgmma.seeds[0], h200))
+    assert parameter_sizes(plain.cubin, plain.entry) == (8, 8, 8, 4, 4, 4, 4, 4)
+    mismatch = kernel_task(wgmma, tma[0], plain, h200, problem, seed=0, warmup=1, repeats=1)
+    assert mismatch.failure_class == "launch_error" and "takes parameters of" in mismatch.message

@@ -152,7 +152,7 @@ def test_tma_rules_reject_with_reasons():
 
 def test_tensor_map_entries_are_checked(tmp_path):
     path = _space_file(tmp_path, "A == 1")
-    entry = '[[launch.tensor_maps]]\nsymbol = "m"\noperand = "A"\nbox = ["A"]\nswizzle = "128"\n'
+    entry = '[[launch.tensor_maps]]\nname = "m"\noperand = "A"\nbox = ["A"]\nswizzle = "128"\n'
     path.write_text(path.read_text().replace("[[rules]]", entry + "[[rules]]"))
     with pytest.raises(SpaceError, match=r"box must be \[columns, rows\]"):
         SearchSpace(path)
@@ -170,5 +170,5 @@ def test_tensor_map_spec_validates_and_knows_operand_shapes():
     assert TensorMapSpec("c", "C", (64, 64), 0).shape(100, 200, 300) == (100, 200)
     for bad in [dict(operand="D"), dict(swizzle=16), dict(box=(257, 8))]:
         with pytest.raises(ValueError):
-            TensorMapSpec(**{"symbol": "x", "operand": "A", "box": (64, 64), "swizzle": 128, **bad})
+            TensorMapSpec(**{"name": "x", "operand": "A", "box": (64, 64), "swizzle": 128, **bad})
     assert fits_tma(0x1000, 8, 2) and not fits_tma(0x1008, 8, 2) and not fits_tma(0x1000, 12, 2)
