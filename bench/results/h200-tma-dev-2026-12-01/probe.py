@@ -23,18 +23,23 @@ NO_MULTICAST = [
     ("auto release_stage = [&](int stage) { if (lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };",
      "auto release_stage = [&](int stage) { if (lane == 0) mbarrier_arrive(empty + 8 * stage); };"),
 ]
-# Multicast kept, but the stages are freed by one local arrival per warp plus the remote one from lane 1.
+# Multicast, with one warp of each multiplying warpgroup freeing the stages across the cluster.
+PER_WARPGROUP = [
+    ("mbarrier_init(empty + 8 * s, 4 * CONSUMERS * SHARERS);", "mbarrier_init(empty + 8 * s, CONSUMERS * SHARERS);"),
+    ("auto release_stage = [&](int stage) { if (lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };",
+     "auto release_stage = [&](int stage) { if (warp_in_group == 0 && lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };"),
+]
 VARIANTS = {
     1024: [
         ("tma 128x64 s8", dict(M128x64, TMA=1, STAGES=8)),
         ("tma 128x64 cn2 s8", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8)),
-        ("tma 128x64 cn2 s8 no-multicast", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8), NO_MULTICAST),
-        ("tma 64x128 w2 s8", dict(TMA=1, STAGES=8, WAIT_DEPTH=2)),
+        ("tma 128x64 cn2 s8 per-warpgroup", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8), PER_WARPGROUP),
+        ("tma 64x128 cm2 s8 per-warpgroup", dict(TMA=1, CLUSTER_M=2, STAGES=8), PER_WARPGROUP),
+        ("tma 64x128 s8", dict(TMA=1, STAGES=8)),
     ],
 }
-SLOPE = [("tma 128x64 s8", dict(M128x64, TMA=1, STAGES=8)), ("tma 128x64 cn2 s8", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8)),
-         ("tma 128x64 cn2 s8 no-multicast", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8), NO_MULTICAST)]
-SLOPE_SHAPES = [(1024, 1024, 64), (1024, 1024, 1024), (1024, 1024, 4096)]
+SLOPE = [(label, change, *edits) for label, change, *edits in VARIANTS[1024][:3]]
+SLOPE_SHAPES = [(1024, 1024, 4096)]
 CHECK_SHAPES = [(129, 136, 520), (200, 264, 72), (64, 64, 64), (513, 511, 1025), (300, 200, 104)]
 
 
