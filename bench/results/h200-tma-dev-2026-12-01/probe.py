@@ -23,19 +23,13 @@ NO_MULTICAST = [
     ("auto release_stage = [&](int stage) { if (lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };",
      "auto release_stage = [&](int stage) { if (lane == 0) mbarrier_arrive(empty + 8 * stage); };"),
 ]
-# Multicast, with one warp of each multiplying warpgroup freeing the stages across the cluster.
-PER_WARPGROUP = [
-    ("mbarrier_init(empty + 8 * s, 4 * CONSUMERS * SHARERS);", "mbarrier_init(empty + 8 * s, CONSUMERS * SHARERS);"),
-    ("auto release_stage = [&](int stage) { if (lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };",
-     "auto release_stage = [&](int stage) { if (warp_in_group == 0 && lane < SHARERS) mbarrier_arrive_cluster(empty + 8 * stage, sharer_rank); };"),
-]
 VARIANTS = {
     1024: [
         ("tma 128x64 s8", dict(M128x64, TMA=1, STAGES=8)),
-        ("tma 128x64 cn2 s8", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8)),
-        ("tma 128x64 cn2 s8 per-warpgroup", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8), PER_WARPGROUP),
-        ("tma 64x128 cm2 s8 per-warpgroup", dict(TMA=1, CLUSTER_M=2, STAGES=8), PER_WARPGROUP),
+        ("tma 128x64 cn2 s8 fwd", dict(M128x64, TMA=1, CLUSTER_N=2, STAGES=8)),
+        ("tma 64x128 cm2 s8 fwd", dict(TMA=1, CLUSTER_M=2, STAGES=8)),
         ("tma 64x128 s8", dict(TMA=1, STAGES=8)),
+        ("tma 128x64 c2x2 s8 fwd", dict(M128x64, TMA=1, CLUSTER_N=2, CLUSTER_M=2, STAGES=8)),
     ],
 }
 SLOPE = [(label, change, *edits) for label, change, *edits in VARIANTS[1024][:3]]
