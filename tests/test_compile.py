@@ -170,3 +170,13 @@ def test_tma_kernels_take_the_tensor_maps_their_space_names():
     assert parameter_sizes(plain.cubin, plain.entry) == (8, 8, 8, 4, 4, 4, 4, 4)
     mismatch = kernel_task(wgmma, tma[0], plain, h200, problem, seed=0, warmup=1, repeats=1)
     assert mismatch.failure_class == "launch_error" and "takes parameters of" in mismatch.message
+
+
+@pytest.mark.parametrize("family, gpu", [("sgemm", "t4"), ("hgemm_wmma", "t4"), ("hgemm_mma", "a100")])
+def test_kernels_of_older_gpus_take_the_gemm_arguments(family, gpu):
+    """The launcher's parameter check reads sm_75 and sm_80 cubins too: A, B, C, M, N, K, alpha, beta."""
+    from autotune.cubin import parameter_sizes
+
+    spec, space = gpu_spec(gpu), load_space(family)
+    compiled = compile_kernel(render(space, space.seeds[0], spec))
+    assert parameter_sizes(compiled.cubin, compiled.entry) == (8, 8, 8, 4, 4, 4, 4, 4)
