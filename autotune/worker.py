@@ -34,7 +34,7 @@ from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import spec_for_device
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
-from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapSpec
+from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapError, TensorMapSpec, encode, fits_tma
 
 SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 # A CUtensorMap passed by value: CuPy passes a one-element structured array as the struct.
@@ -89,9 +89,8 @@ class KernelTask:
     """Verify and time one compiled kernel.
 
     The kernel's signature is ``(const T* A, const T* B, T* C, int M, int N,
-    int K, float alpha, float beta)``, row-major, launched as given. Its TMA
-    tensor maps (if any) are encoded for the operands and written into the
-    module before it runs.
+    int K, float alpha, float beta)``, row-major, launched as given, followed
+    by its TMA tensor maps (if any), encoded for the launch's operands.
     """
 
     cubin: bytes
@@ -304,8 +303,6 @@ class CupyBackend:
         raise TypeError(f"CupyBackend cannot run {type(task).__name__}")
 
     def classify(self, exc: Exception) -> tuple[str, bool]:
-        from autotune.tensor_map import TensorMapError
-
         if isinstance(exc, TensorMapError):
             return FailureClass.LAUNCH_ERROR.value, True
         status = self._cuda_status(exc)
@@ -481,13 +478,10 @@ class _KernelLaunch:
     def _encode(self, spec, problem: GemmProblem, out):
         """The map of ``spec``'s operand as a 128-byte kernel argument; zeros for an operand TMA cannot
         address (the kernel checks the same and copies element-wise)."""
-        from autotune import tensor_map
-
         array = {"A": self.operands.a, "B": self.operands.b, "C": out}[spec.operand]
         rows, columns = spec.shape(problem.m, problem.n, problem.k)
-        encoded = (tensor_map.encode(spec, array.data.ptr, rows, columns, array.itemsize)
-                   if tensor_map.fits_tma(array.data.ptr, columns, array.itemsize)
-                   else bytes(TENSOR_MAP_BYTES))
+        encoded = (encode(spec, array.data.ptr, rows, columns, array.itemsize)
+                   if fits_tma(array.data.ptr, columns, array.itemsize) else bytes(TENSOR_MAP_BYTES))
         return numpy.frombuffer(encoded, dtype=TENSOR_MAP_DTYPE).copy()
 
 
