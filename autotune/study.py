@@ -35,8 +35,7 @@ from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
 from autotune.render import render
 from autotune.space import Config, SearchSpace
-from autotune.tensor_map import TENSOR_MAP_BYTES
-from autotune.worker import GEMM_ARGUMENT_BYTES, CublasTask, EnergyTask, GpuWorker, KernelTask
+from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
@@ -432,7 +431,7 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
     if isinstance(compiled, CompileFailure):
         return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
     launch = space.launch(config, gpu, problem)
-    expected = GEMM_ARGUMENT_BYTES + (TENSOR_MAP_BYTES,) * len(launch.tensor_maps)
+    expected = argument_bytes(launch.tensor_maps)
     taken = parameter_sizes(compiled.cubin, compiled.entry)
     if taken and taken != expected:
         return Failure(FailureClass.LAUNCH_ERROR.value, f"{compiled.entry} takes parameters of {list(taken)} bytes; "

@@ -452,6 +452,11 @@ class CupyBackend:
 GEMM_ARGUMENT_BYTES = (8, 8, 8, 4, 4, 4, 4, 4)  # A, B, C, M, N, K, alpha, beta: what every kernel takes first
 
 
+def argument_bytes(tensor_maps: tuple[TensorMapSpec, ...]) -> tuple[int, ...]:
+    """The size of each argument a kernel with these tensor maps is launched with."""
+    return GEMM_ARGUMENT_BYTES + (TENSOR_MAP_BYTES,) * len(tensor_maps)
+
+
 class _KernelLaunch:
     """``launch(problem, out)``: one launch of a loaded kernel on fixed A and B.
 
@@ -465,9 +470,11 @@ class _KernelLaunch:
         self._mapped: tuple | None = None  # (m, n, k, output address) the maps describe
 
     def __call__(self, problem: GemmProblem, out) -> None:
-        if self.task.tensor_maps and (problem.m, problem.n, problem.k, out.data.ptr) != self._mapped:
-            self._maps = tuple(self._encode(spec, problem, out) for spec in self.task.tensor_maps)
-            self._mapped = (problem.m, problem.n, problem.k, out.data.ptr)
+        if self.task.tensor_maps:
+            mapped = (problem.m, problem.n, problem.k, out.data.ptr)
+            if mapped != self._mapped:
+                self._maps = tuple(self._encode(spec, problem, out) for spec in self.task.tensor_maps)
+                self._mapped = mapped
         args = (
             self.operands.a, self.operands.b, out,
             numpy.int32(problem.m), numpy.int32(problem.n), numpy.int32(problem.k),
