@@ -13,13 +13,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from recorded import best_task
+from recorded import add_problem_arguments, best_recorded
 
-from autotune.db import ResultStore, default_url
-from autotune.gpus import GPUS
-from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.worker import EnergyTask, GpuWorker
+from autotune.worker import EnergyTask
 
 
 def spread(values: list[float]) -> float:
@@ -28,18 +25,11 @@ def spread(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="4096")
-    parser.add_argument("--dtype", default="f32")
+    add_problem_arguments(parser, shape="4096", dtype="f32")
     parser.add_argument("--times", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--db", default=None)
     args = parser.parse_args()
-    problem = make_problem(args.shape, args.dtype)
-    store = ResultStore(args.db or default_url())
-    with GpuWorker() as worker:
-        gpu = GPUS[worker.environment().gpu_key]
-        config, task = best_task(store, gpu, problem)
-        print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
+    with best_recorded(args) as (worker, problem, config, task):
         for label, kernel in ((config.name, task), ("cuBLAS", None)):
             windows = []
             for _ in range(args.times):

@@ -47,25 +47,15 @@ while [ $# -gt 0 ]; do
                 --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_$objective.log" || status=1
         done
         ;;
-    ladder)
+    ladder|energy|ratio)
+        case $mode in
+        ladder) command=(python3 -m autotune ladder --gpu h200) ;;
+        energy) command=(python3 bench/energy_repeat.py --times 5) ;;
+        ratio) command=(python3 bench/ratio_repeat.py --rounds 10) ;;
+        esac
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
             IFS=: read -r dtype size <<< "$1"; shift
-            python3 -m autotune ladder --gpu h200 --shape "$size" --dtype "$dtype" --db "$DB" \
-                2>&1 | tee "$OUT/ladder_${dtype}_$size.log" || status=1
-        done
-        ;;
-    energy)
-        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            IFS=: read -r dtype size <<< "$1"; shift
-            python3 bench/energy_repeat.py --shape "$size" --dtype "$dtype" --times 5 --db "$DB" \
-                2>&1 | tee "$OUT/energy_${dtype}_$size.log" || status=1
-        done
-        ;;
-    ratio)
-        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            IFS=: read -r dtype size <<< "$1"; shift
-            python3 bench/ratio_repeat.py --shape "$size" --dtype "$dtype" --rounds 10 --db "$DB" \
-                2>&1 | tee "$OUT/ratio_${dtype}_$size.log" || status=1
+            "${command[@]}" --shape "$size" --dtype "$dtype" --db "$DB" 2>&1 | tee "$OUT/${mode}_${dtype}_$size.log" || status=1
         done
         ;;
     import)

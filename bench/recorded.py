@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+from collections.abc import Iterator
+
 from autotune.compile import compile_kernel
+from autotune.db import ResultStore, default_url
+from autotune.gpus import GPUS
+from autotune.problem import make_problem
 from autotune.records import Failure
 from autotune.render import render
 from autotune.space import families_for_dtype, load_space
 from autotune.study import kernel_task
+from autotune.worker import GpuWorker
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, shape: str, dtype: str) -> None:
+    """``--shape``, ``--dtype`` and ``--db``, with the script's defaults."""
+    parser.add_argument("--shape", default=shape)
+    parser.add_argument("--dtype", default=dtype)
+    parser.add_argument("--db", default=None)
+
+
+@contextlib.contextmanager
+def best_recorded(args: argparse.Namespace, warmup: int = 3, repeats: int = 10) -> Iterator[tuple]:
+    """``(worker, problem, config, task)``: a GPU worker and the best recorded config's task for the
+    attached GPU and ``args``' problem; prints which config it is."""
+    problem = make_problem(args.shape, args.dtype)
+    store = ResultStore(args.db or default_url())
+    with GpuWorker() as worker:
+        gpu = GPUS[worker.environment().gpu_key]
+        config, task = best_task(store, gpu, problem, warmup, repeats)
+        print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
+        yield worker, problem, config, task
 
 
 def best_task(store, gpu, problem, warmup: int = 3, repeats: int = 10):
