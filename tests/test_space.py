@@ -132,7 +132,7 @@ def test_tma_configs_name_their_tensor_maps_and_launch_whole_clusters():
     assert launch.tensor_maps == (
         TensorMapSpec("tensor_map_a", "A", (64, 64), 128),  # half of A's 128 rows per block of the pair
         TensorMapSpec("tensor_map_b", "B", (64, 64), 128),
-        TensorMapSpec("tensor_map_c", "C", (64, 128), 128),
+        TensorMapSpec("tensor_map_c", "C", (64, 16), 128),  # a warp's 16-row strip per TMA store
     )
     assert launch.grid == (4, 2, 1)  # 136 columns need 3 tiles of 64: rounded up to whole clusters of 2
     plain = next(s for s in wgmma.seeds if not s["TMA"])
