@@ -7,7 +7,7 @@
 #                                       limits each search to S seconds)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
-#   bench/h200.sh ratio DTYPE:SIZE...   the best config against cuBLAS, alternated 10 times
+#   bench/h200.sh ratio DTYPE:SIZE...   the best config against cuBLAS, 10 rounds, which goes first alternating
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #
