@@ -28,29 +28,41 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=100, help="timed launches per measurement")
     args = parser.parse_args()
     with best_recorded(args, warmup=10, repeats=args.repeats) as (worker, problem, config, task):
-        ratios, runs = [], {True: ([], []), False: ([], [])}  # cuBLAS first? -> (cuBLAS runs, config runs)
         cublas_task = CublasTask(problem, 0, 10, args.repeats)
+        rounds = []  # (cuBLAS first?, cuBLAS measurement, config measurement)
         for round_ in range(1, args.rounds + 1):
             cublas_first = round_ % 2 == 1
-            order = [("cuBLAS", cublas_task), (config.name, task)]
-            results = {label: worker.run(t, timeout_s=120.0) for label, t in (order if cublas_first else order[::-1])}
-            for label, result in results.items():
-                if isinstance(result, Failure):
-                    raise SystemExit(f"{label}: {result.failure_class}: {result.message}")
-            cublas, kernel = results["cuBLAS"], results[config.name]
-            runs[cublas_first][0].append(cublas)
-            runs[cublas_first][1].append(kernel)
-            ratios.append(cublas.timing.median_ms / kernel.timing.median_ms)
+            cublas, kernel = _measure_pair(worker, cublas_task, task, cublas_first, config.name)
+            rounds.append((cublas_first, cublas, kernel))
             print(f"  round {round_:2d}: cuBLAS {cublas.timing.median_ms:.5f} ms, config {kernel.timing.median_ms:.5f} ms,"
-                  f" ratio {ratios[-1]:.3f}x  ({kernel.sm_clock_mhz} MHz; {'cuBLAS' if cublas_first else 'config'} first)")
-        cublas_ms, kernel_ms = (pooled(problem, runs[True][i] + runs[False][i]).timing.median_ms for i in (0, 1))
+                  f" ratio {cublas.timing.median_ms / kernel.timing.median_ms:.3f}x  ({kernel.sm_clock_mhz} MHz;"
+                  f" {'cuBLAS' if cublas_first else 'config'} first)")
+        ratios = [c.timing.median_ms / k.timing.median_ms for _, c, k in rounds]
+        cublas_ms = pooled(problem, [c for _, c, _ in rounds]).timing.median_ms
+        kernel_ms = pooled(problem, [k for _, _, k in rounds]).timing.median_ms
         print(f"  pooled: cuBLAS {cublas_ms:.5f} ms, config {kernel_ms:.5f} ms, ratio {cublas_ms / kernel_ms:.3f}x; "
               f"per-round ratios {min(ratios):.3f}-{max(ratios):.3f}x (median {statistics.median(ratios):.3f}x)")
-        for cublas_first, (cublas_runs, kernel_runs) in runs.items():
-            if cublas_runs:
-                ratio = pooled(problem, cublas_runs).timing.median_ms / pooled(problem, kernel_runs).timing.median_ms
-                print(f"  {'cuBLAS' if cublas_first else 'config'} first: pooled ratio {ratio:.3f}x over {len(cublas_runs)} rounds")
+        for first, label in ((True, "cuBLAS"), (False, "config")):
+            same_order = [r for r in rounds if r[0] == first]
+            if same_order:
+                print(f"  {label} first: pooled ratio {_ratio(problem, same_order):.3f}x over {len(same_order)} rounds")
 
+
+def _measure_pair(worker, cublas_task, kernel_task, cublas_first: bool, kernel_label: str):
+    """(cuBLAS, config) measurements, run in the order asked; exits on a failure."""
+    order = [("cuBLAS", cublas_task), (kernel_label, kernel_task)]
+    results = {}
+    for label, task in order if cublas_first else order[::-1]:
+        results[label] = worker.run(task, timeout_s=120.0)
+        if isinstance(results[label], Failure):
+            raise SystemExit(f"{label}: {results[label].failure_class}: {results[label].message}")
+    return results["cuBLAS"], results[kernel_label]
+
+
+def _ratio(problem, rounds) -> float:
+    """cuBLAS's pooled median over the config's, over ``rounds``."""
+    return (pooled(problem, [c for _, c, _ in rounds]).timing.median_ms
+            / pooled(problem, [k for _, _, k in rounds]).timing.median_ms)
 
 if __name__ == "__main__":
     main()
