@@ -406,6 +406,16 @@ class ResultStore:
             )
         return result
 
+    def gpus(self) -> list[tuple[str, str, str]]:
+        """``(gpu_key, gpu_name, arch)`` of every GPU with a candidate measurement, sorted."""
+        query = (
+            select(Environment.gpu_key, Environment.gpu_name, Environment.arch).distinct()
+            .join(Measurement, Measurement.environment_id == Environment.id)
+            .where(Measurement.implementation == CANDIDATE)
+        )
+        with self.session() as session:
+            return sorted(tuple(row) for row in session.execute(query))
+
     def problems(self, gpu_key: str, dtype: str) -> list[GemmProblem]:
         """Every problem of ``dtype`` with a candidate measurement on ``gpu_key``."""
         query = (

@@ -1,0 +1,316 @@
+"""The kernel table: what a program needs to call tuned kernels, with no database.
+
+A :class:`KernelTable` holds, for one GPU (or every GPU of one architecture)
+and each dtype, the kernels the selection table picks (each with its launch
+contract and, once compiled, its cubin) and the rules that map a shape to one
+of them: the tuned shapes, each with its best kernel and that kernel's measured
+quality. A shape gets the kernel of the nearest tuned shape (:mod:`autotune.select`).
+
+It is written as JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 1) by
+``autotune export`` and read back by the runtime (:func:`autotune.load`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.check import resource_violation
+from autotune.compile import CompiledKernel, compile_kernel
+from autotune.errors import AutotuneError, InputError
+from autotune.export.contract import LaunchContract, contract_for
+from autotune.gpus import GPUS, GpuSpec
+from autotune.problem import DTYPES, GemmProblem
+from autotune.records import Resources
+from autotune.render import render
+from autotune.select import SelectionTable, held_out
+from autotune.select import build as build_selection
+from autotune.space import load_space
+
+SCHEMA_VERSION = 1
+KIND = "autotune-kernel-table"
+SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|; "
+                  "a tie goes to the larger tuned shape")
+KERNEL_ARGUMENTS = ("(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta"
+                    "[, CUtensorMap tensor_maps...]); A: M x K, B: K x N, C: M x N, row-major; "
+                    "C = alpha * A @ B + beta * C")
+
+
+class TableError(AutotuneError):
+    """A kernel table cannot be built, read or used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TableKernel:
+    """One kernel of the table: a config of a family, how to launch it, and (once compiled) its cubin."""
+
+    name: str
+    family: str
+    params: dict[str, int]
+    template_hash: str  # of the template it is built from
+    launch: LaunchContract
+    resources: Resources | None = None
+    cubin: bytes | None = None
+
+    def to_dict(self, with_cubin: bool) -> dict[str, Any]:
+        data = {
+            "name": self.name, "family": self.family, "params": self.params, "template_hash": self.template_hash,
+            "launch": self.launch.to_dict(),
+            "resources": dataclasses.asdict(self.resources) if self.resources else None,
+        }
+        if with_cubin and self.cubin is not None:
+            data["cubin_base64"] = base64.b64encode(self.cubin).decode()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableKernel:
+        cubin = base64.b64decode(data["cubin_base64"], validate=True) if data.get("cubin_base64") else None
+        if not str(data["name"]).isidentifier() or not str(data["family"]).isidentifier():
+            raise ValueError(f"kernel name {data['name']!r} or family {data['family']!r} is not an identifier")
+        return cls(name=str(data["name"]), family=str(data["family"]),
+                   params={str(k): int(v) for k, v in data["params"].items()},
+                   template_hash=str(data["template_hash"]), launch=LaunchContract.from_dict(data["launch"]),
+                   resources=Resources(**data["resources"]) if data.get("resources") else None, cubin=cubin)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableRule:
+    """A tuned shape and its best kernel, with what was measured there."""
+
+    m: int
+    n: int
+    k: int
+    kernel: str
+    ms: float
+    cublas_ms: float | None
+    measured_on: str  # the GPU's name
+    held_out_fraction_of_best: float | None = None  # this shape's pick by the table without it, vs its best
+
+    @property
+    def ratio_to_cublas(self) -> float | None:
+        """cuBLAS time over this kernel's time where both were measured (above 1: faster than cuBLAS)."""
+        return self.cublas_ms / self.ms if self.cublas_ms else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"m": self.m, "n": self.n, "k": self.k, "kernel": self.kernel, "ms": self.ms,
+                "cublas_ms": self.cublas_ms, "ratio_to_cublas": self.ratio_to_cublas,
+                "measured_on": self.measured_on, "held_out_fraction_of_best": self.held_out_fraction_of_best}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TableRule:
+        sizes = [int(data[axis]) for axis in ("m", "n", "k")]
+        ms = float(data["ms"])
+        if min(sizes) < 1 or not (math.isfinite(ms) and ms > 0):
+            raise ValueError(f"rule {sizes}: sizes must be >= 1 and ms a positive number, got {ms}")
+        cublas = data.get("cublas_ms")
+        held = data.get("held_out_fraction_of_best")
+        return cls(*sizes, kernel=str(data["kernel"]), ms=ms, cublas_ms=float(cublas) if cublas else None,
+                   measured_on=str(data["measured_on"]), held_out_fraction_of_best=float(held) if held else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class DtypeTable:
+    """The kernels and rules of one dtype."""
+
+    kernels: tuple[TableKernel, ...]
+    rules: tuple[TableRule, ...]
+
+    def kernel(self, name: str) -> TableKernel:
+        return next(kernel for kernel in self.kernels if kernel.name == name)
+
+    def pick(self, m: int, n: int, k: int) -> TableRule | None:
+        """The rule of the tuned shape nearest to ``m x n x k`` (see SELECTION_RULE)."""
+        if not self.rules:
+            return None
+        return min(self.rules, key=lambda r: (round(_distance((r.m, r.n, r.k), (m, n, k)), 9), -r.m * r.n * r.k))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTable:
+    """Tuned kernels for one GPU model (``gpu``) or one architecture (``gpu`` None), per dtype."""
+
+    arch: str  # sm_90
+    gpu: str | None  # the GPU key (h200), or None for every GPU of ``arch``
+    measured_on: tuple[str, ...]  # names of the GPUs the rules were measured on
+    dtypes: dict[str, DtypeTable]
+    created_at: str = ""
+    source: str = ""  # where the results came from (a database URL with the password masked, or a file)
+
+    @property
+    def scope(self) -> str:
+        return self.gpu or self.arch
+
+    def to_dict(self, with_cubins: bool = False) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": KIND,
+            "autotune_version": __version__,
+            "created_at": self.created_at,
+            "arch": self.arch,
+            "gpu": self.gpu,
+            "measured_on": list(self.measured_on),
+            "source": self.source,
+            "selection": SELECTION_RULE,
+            "kernel_arguments": KERNEL_ARGUMENTS,
+            "dtypes": {
+                dtype: {"kernels": [k.to_dict(with_cubins) for k in table.kernels],
+                        "rules": [r.to_dict() for r in table.rules]}
+                for dtype, table in self.dtypes.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "kernel table") -> KernelTable:
+        """Read a table written by :meth:`to_dict`; one-line TableError for anything else."""
+        if not isinstance(data, dict) or data.get("kind") != KIND:
+            raise TableError(f"{where} is not an autotune kernel table (no \"kind\": \"{KIND}\")")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TableError(f"{where} has schema_version {version!r}; this autotune reads {SCHEMA_VERSION}")
+        try:
+            dtypes = {}
+            for dtype, table in data["dtypes"].items():
+                if dtype not in DTYPES:
+                    raise ValueError(f"dtype {dtype!r} (expected {', '.join(DTYPES)})")
+                kernels = tuple(TableKernel.from_dict(k) for k in table["kernels"])
+                rules = tuple(TableRule.from_dict(r) for r in table["rules"])
+                names = {k.name for k in kernels}
+                missing = [r.kernel for r in rules if r.kernel not in names]
+                if missing:
+                    raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
+                dtypes[dtype] = DtypeTable(kernels, rules)
+            return cls(arch=str(data["arch"]), gpu=data.get("gpu"), measured_on=tuple(data["measured_on"]),
+                       dtypes=dtypes, created_at=str(data.get("created_at", "")), source=str(data.get("source", "")))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise TableError(f"{where} is malformed: {type(error).__name__}: {error}") from None
+
+    def write(self, path: Path, with_cubins: bool) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(with_cubins), indent=1, sort_keys=False) + "\n")
+
+    def compiled(self) -> KernelTable:
+        """This table with every kernel compiled (NVRTC, offline; cubins come from the disk cache when there)."""
+        dtypes = {dtype: dataclasses.replace(t, kernels=tuple(compile_table_kernel(k, self.arch) for k in t.kernels))
+                  for dtype, t in self.dtypes.items()}
+        return dataclasses.replace(self, dtypes=dtypes)
+
+
+def read_table(path: Path) -> KernelTable:
+    """A table file written by ``autotune export --format python`` or ``--format json``."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise InputError("kernel table", str(path), f"a readable file ({error.strerror})") from None
+    except ValueError as error:
+        raise TableError(f"{path} is not JSON: {error}") from None
+    return KernelTable.from_dict(data, str(path))
+
+
+def spec_for_arch(arch: str, gpu_key: str | None = None) -> GpuSpec:
+    """The spec kernels of ``arch`` are rendered and checked against: ``gpu_key``'s if it has one, else
+    the first built-in GPU of that architecture."""
+    if gpu_key in GPUS and GPUS[gpu_key].sm == arch:
+        return GPUS[gpu_key]
+    for spec in GPUS.values():
+        if spec.sm == arch:
+            return spec
+    raise InputError("--arch", arch, "an architecture of a known GPU: " + ", ".join(sorted({g.sm for g in GPUS.values()})))
+
+
+def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec) -> TableKernel:
+    """A table kernel for a recorded config (the family must be one autotune ships)."""
+    space = load_space(family)
+    config = space.config(params)
+    return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
+                       launch=contract_for(space, config, gpu))
+
+
+def compile_table_kernel(kernel: TableKernel, arch: str) -> TableKernel:
+    """``kernel`` with its cubin and ptxas resources; TableError if it does not compile or fit the GPU."""
+    if kernel.cubin is not None:
+        return kernel
+    gpu = spec_for_arch(arch)
+    space = load_space(kernel.family)
+    if space.template_hash != kernel.template_hash:
+        raise TableError(f"{kernel.name} was built from template {kernel.template_hash}, but this autotune's "
+                         f"{kernel.family} template is {space.template_hash}; export the table again")
+    compiled = compile_kernel(render(space, space.config(kernel.params), gpu))
+    if not isinstance(compiled, CompiledKernel):
+        raise TableError(f"{kernel.name} does not compile for {kernel.launch.target}: {compiled.message}")
+    resources = dataclasses.replace(compiled.resources, smem_dynamic=kernel.launch.dynamic_smem)
+    violation = resource_violation(resources, kernel.launch.block[0], gpu, kernel.launch.opt_in)
+    if violation:
+        raise TableError(f"{kernel.name} does not fit {gpu.key}: {violation}")
+    return dataclasses.replace(kernel, cubin=compiled.cubin, resources=resources)
+
+
+def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None) -> KernelTable:
+    """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
+
+    Every tuned shape keeps its fastest kernel; where several GPUs of the
+    architecture tuned the same shape, the fastest measurement wins. Kernels are
+    not compiled here (:meth:`KernelTable.compiled`).
+    """
+    known = store.gpus()
+    if gpu is not None:
+        chosen = [(key, name, sm) for key, name, sm in known if key == gpu]
+        arch = chosen[0][2] if chosen else (GPUS[gpu].sm if gpu in GPUS else arch)
+    else:
+        chosen = [(key, name, sm) for key, name, sm in known if sm == arch]
+    if arch is None:
+        raise TableError(f"no results for {gpu} in {_shown(store)}")
+    spec = spec_for_arch(arch, gpu)
+    dtype_tables = {}
+    for dtype in dtypes:
+        rules: dict[tuple[int, int, int], TableRule] = {}
+        kernels: dict[str, TableKernel] = {}
+        for key, name, _ in chosen:
+            selection, times = build_selection(store, key, dtype)
+            quality = {h.problem: h.fraction_of_best for h in held_out(selection, times)}
+            for entry in _loadable(selection):
+                shape = (entry.problem.m, entry.problem.n, entry.problem.k)
+                if shape in rules and rules[shape].ms <= entry.ms:
+                    continue
+                kernel = table_kernel(entry.family, entry.params, spec)
+                kernels[kernel.name] = kernel
+                rules[shape] = TableRule(*shape, kernel=kernel.name, ms=entry.ms, cublas_ms=entry.cublas_ms,
+                                         measured_on=name, held_out_fraction_of_best=quality.get(entry.problem))
+        used = {rule.kernel for rule in rules.values()}
+        dtype_tables[dtype] = DtypeTable(tuple(k for n, k in sorted(kernels.items()) if n in used),
+                                         tuple(rules[s] for s in sorted(rules, key=lambda s: (s[0] * s[1] * s[2], s))))
+    names = tuple(sorted({name for _, name, _ in chosen}))
+    return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
+                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=_shown(store))
+
+
+def _loadable(selection: SelectionTable):
+    """Entries whose family autotune ships, one per shape (plain alpha 1, beta 0 first)."""
+    seen = set()
+    for entry in sorted(selection.entries, key=lambda e: (e.problem.alpha != 1.0 or e.problem.beta != 0.0)):
+        shape = (entry.problem.m, entry.problem.n, entry.problem.k)
+        if shape in seen:
+            continue
+        try:
+            load_space(entry.family)
+        except AutotuneError:
+            continue
+        seen.add(shape)
+        yield entry
+
+
+def _shown(store) -> str:
+    shown = getattr(store, "_shown", None)
+    return shown or str(store.url)
+
+
+def _distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    return sum(abs(math.log(x) - math.log(y)) for x, y in zip(a, b))
+
+
+def problem_of(rule: TableRule, dtype: str) -> GemmProblem:
+    return GemmProblem(rule.m, rule.n, rule.k, dtype)
