@@ -1,6 +1,6 @@
-"""Where the kernel templates and search-space files live.
+"""Where the kernel templates, search-space files and shipped tuned results live.
 
-They sit at the top of the source tree (``templates/``, ``search_spaces/``) and
+They sit at the top of the source tree (``templates/``, ``search_spaces/``, ``tuned_db/``) and
 are installed inside the package (``autotune/templates/``, ...) by a wheel:
 one source of truth, found in either place.
 """
@@ -13,7 +13,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """The directory ``templates`` or ``search_spaces``, installed or in the source tree."""
+    """The directory ``templates``, ``search_spaces`` or ``tuned_db``, installed or in the source tree."""
     for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate

@@ -21,9 +21,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"autotune: error: {message}\n")
 
 
-def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True) -> None:
+def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, gpu_required: bool = True) -> None:
     """--gpu, --shape, --dtype (and --family)."""
-    parser.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    parser.add_argument("--gpu", required=gpu_required,
+                        help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
     parser.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     if family:

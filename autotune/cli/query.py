@@ -26,7 +26,8 @@ def register(sub) -> None:
         "query", help="show the best recorded configs for a GPU and shape",
         epilog="example: autotune query --gpu h200 --shape 4096 --dtype f32",
     )
-    add_problem_arguments(query)
+    add_problem_arguments(query, gpu_required=False)
+    query.add_argument("--arch", help="answer from every GPU of an architecture, e.g. sm_90 (instead of --gpu)")
     add_db_argument(query)
     query.add_argument("--limit", type=int, default=10, help="rows to show (default 10)")
     query.add_argument("--objective", default="time",
@@ -37,33 +38,68 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
-    gpu = gpu_spec(args.gpu) if args.gpu.lower() != AUTO else offline_gpu(args.gpu)
+    if (args.gpu is None) == (args.arch is None):
+        raise InputError("--gpu/--arch", args.gpu or args.arch or "(neither)", "exactly one of --gpu NAME or --arch sm_XY")
+    gpu = None
+    if args.gpu is not None:
+        gpu = gpu_spec(args.gpu) if args.gpu.lower() != AUTO else offline_gpu(args.gpu)
     require_positive("--limit", args.limit)
     if args.objective not in ("time", "energy", "pareto"):
         raise InputError("--objective", args.objective, "time, energy or pareto")
     store = open_store(args.db)
     if args.objective != "time":
+        if gpu is None:
+            raise InputError("--arch", args.arch, "--gpu NAME with --objective energy or pareto")
         return _query_energy(store, gpu, problem, args)
     if args.family:
         load_space(args.family)  # an unknown family is an error that lists the known ones
-        rows = [r for r in store.best(gpu.key, problem, limit=10_000) if r.family == args.family][: args.limit]
-    else:
-        rows = store.best(gpu.key, problem, limit=args.limit)
+    arch = gpu.sm if gpu else _known_arch(args.arch)
+    keys = [gpu.key] if gpu else _keys_of_arch(store, arch)
+    rows = _best(store, keys, problem, args)
+    stand_in = []
+    if not rows and gpu is not None:  # no results for this model: those of its architecture, marked
+        stand_in = [key for key in _keys_of_arch(store, arch) if key != gpu.key]
+        rows = _best(store, stand_in, problem, args)
+    scope = gpu.key if gpu else arch
     if args.json:
         print(json.dumps([{
             "config": r.config_name, "family": r.family, "params": r.params, "median_ms": r.median_ms,
             "tflops": r.tflops, "cublas_median_ms": r.cublas_median_ms, "ratio_to_cublas": r.ratio_to_cublas,
             "gpu_name": r.gpu_name, "arch": r.arch, "driver": r.driver, "measured_at": str(r.measured_at),
+            "same_architecture_stand_in": bool(stand_in),
         } for r in rows], indent=2))
         return 0
     if not rows:
-        print(f"no results for {gpu.key} {problem.shape} {problem.dtype} in {store.url}")
+        print(f"no results for {scope} {problem.shape} {problem.dtype} in {store.shown_url}")
         return 0
-    print(f"best configs for {gpu.key} {problem.shape} {problem.dtype} ({store.url}):")
-    print(table(["config", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
-                [[r.config_name, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms), r.driver,
-                  str(r.measured_at)[:19]] for r in rows]))
+    if stand_in:
+        print(f"no results for {gpu.key} {problem.shape} {problem.dtype}; the nearest are those of "
+              f"{', '.join(stand_in)} (same {arch}), marked *")
+    print(f"best configs for {scope} {problem.shape} {problem.dtype} ({store.shown_url}):")
+    mark = "*" if stand_in else ""
+    print(table(["config", "gpu", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
+                [[r.config_name, r.gpu_name + mark, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms),
+                  r.driver, str(r.measured_at)[:19]] for r in rows]))
     return 0
+
+
+def _known_arch(arch: str) -> str:
+    from autotune.export.table import spec_for_arch
+
+    return spec_for_arch(arch).sm
+
+
+def _keys_of_arch(store, arch: str) -> list[str]:
+    return sorted({key for key, _, sm in store.gpus() if sm == arch})
+
+
+def _best(store, keys: list[str], problem: GemmProblem, args: argparse.Namespace) -> list:
+    """The fastest rows over the GPUs ``keys`` (of ``--family`` if given), fastest first."""
+    limit = 10_000 if args.family else args.limit
+    rows = [row for key in keys for row in store.best(key, problem, limit=limit)]
+    if args.family:
+        rows = [row for row in rows if row.family == args.family]
+    return sorted(rows, key=lambda row: row.median_ms)[: args.limit]
 
 
 def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Namespace) -> int:
@@ -85,10 +121,10 @@ def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Name
         }, indent=2))
         return 0
     if not shown:
-        print(f"no energy measurements for {gpu.key} {problem.shape} {problem.dtype} in {store.url}")
+        print(f"no energy measurements for {gpu.key} {problem.shape} {problem.dtype} in {store.shown_url}")
         return 0
     title = "time/energy front" if args.objective == "pareto" else "most frugal configs"
-    print(f"{title} for {gpu.key} {problem.shape} {problem.dtype} ({store.url}):")
+    print(f"{title} for {gpu.key} {problem.shape} {problem.dtype} ({store.shown_url}):")
     table_rows = [[r.config_name, r.median_ms, r.energy_per_gemm_j * 1e3, r.mean_power_w, r.sm_clock_mhz_mean,
                    "yes" if r.throttled else "no"] for r in shown + ([reference] if reference else [])]
     print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"], table_rows))

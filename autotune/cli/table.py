@@ -34,14 +34,14 @@ def run(args: argparse.Namespace) -> int:
     quality = {h.problem: h for h in held_out(selection, times)}
     if args.json:
         print(json.dumps([{
-            "shape": e.problem.shape, "alpha": e.problem.alpha, "beta": e.problem.beta, "family": e.family,
+            "gpu": gpu.key, "arch": gpu.sm, "dtype": args.dtype, "shape": e.problem.shape, "alpha": e.problem.alpha, "beta": e.problem.beta, "family": e.family,
             "config": e.config_name, "params": e.params, "ms": e.ms, "cublas_ms": e.cublas_ms,
-            "held_out_pick": quality[e.problem].config_name,
+            "launch": _launch(e, gpu), "held_out_pick": quality[e.problem].config_name,
             "held_out_fraction_of_best": quality[e.problem].fraction_of_best,
         } for e in selection.entries], indent=2))
         return 0
     if not selection.entries:
-        print(f"no tuned {args.dtype} results for {gpu.key} in {store.url}")
+        print(f"no tuned {args.dtype} results for {gpu.key} in {store.shown_url}")
         return 0
     rows = []
     for entry in selection.entries:
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             verdict = f"{held.fraction_of_best:.3f} of best (pick from {held.picked_from.shape})"
         rows.append([entry.problem.shape, entry.config_name, entry.ms, ratio_text(entry.ms, entry.cublas_ms), verdict])
-    print(f"selection table for {gpu.key} {args.dtype} ({store.url}): a shape gets the config of the nearest "
+    print(f"selection table for {gpu.key} {args.dtype} ({store.shown_url}): a shape gets the config of the nearest "
           "tuned shape")
     print(table(["shape", "config", "ms", "vs cuBLAS", "held out: the table's pick without this shape"], rows))
     measured = [h.fraction_of_best for h in quality.values() if h.fraction_of_best is not None]
@@ -61,3 +61,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"held-out picks measured on {len(measured)} of {len(quality)} shapes: mean {sum(measured) / len(measured):.3f} "
               "of the tuned best")
     return 0
+
+
+def _launch(entry, gpu) -> dict | None:
+    """The entry's launch contract (block, grid over M, N, K, shared memory, tensor maps)."""
+    from autotune.errors import AutotuneError
+    from autotune.export.table import table_kernel
+
+    try:
+        return table_kernel(entry.family, entry.params, gpu).launch.to_dict()
+    except AutotuneError:  # a family this autotune does not ship
+        return None

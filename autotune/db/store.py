@@ -145,6 +145,11 @@ class ResultStore:
             raise DatabaseError(f"cannot migrate database '{self._shown}': {_one_line(exc)}") from exc
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
 
+    @property
+    def shown_url(self) -> str:
+        """The URL with its password masked: the form to print."""
+        return self._shown
+
     def __repr__(self) -> str:
         return f"ResultStore({self._shown!r})"
 

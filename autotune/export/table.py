@@ -263,7 +263,7 @@ def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: st
     else:
         chosen = [(key, name, sm) for key, name, sm in known if sm == arch]
     if arch is None:
-        raise TableError(f"no results for {gpu} in {_shown(store)}")
+        raise TableError(f"no results for {gpu} in {store.shown_url}")
     spec = spec_for_arch(arch, gpu)
     dtype_tables = {}
     for dtype in dtypes:
@@ -285,7 +285,7 @@ def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: st
                                          tuple(rules[s] for s in sorted(rules, key=lambda s: (s[0] * s[1] * s[2], s))))
     names = tuple(sorted({name for _, name, _ in chosen}))
     return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
-                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=_shown(store))
+                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)
 
 
 def _loadable(selection: SelectionTable):
@@ -301,11 +301,6 @@ def _loadable(selection: SelectionTable):
             continue
         seen.add(shape)
         yield entry
-
-
-def _shown(store) -> str:
-    shown = getattr(store, "_shown", None)
-    return shown or str(store.url)
 
 
 def _distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:

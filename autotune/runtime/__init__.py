@@ -1,0 +1,169 @@
+"""Call tuned kernels from a program: ``autotune.gemm(a, b)``.
+
+The runtime picks, for the attached GPU and the call's shape and dtype, the
+kernel the selection table names (from a loaded table file, the user's results
+database, or the results that ship with autotune; see :mod:`autotune.runtime.sources`),
+builds it once (an exported cubin, or NVRTC into the disk cache), and launches
+it on the current stream. What no tuned kernel serves runs on cuBLAS;
+:func:`explain` says which happens and why.
+
+Arrays may be CuPy arrays or anything exposing ``__cuda_array_interface__`` or
+DLPack; PyTorch CUDA tensors are used in place (no copies), on PyTorch's current
+stream, and a result allocated by the runtime is then a tensor too.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import InputError
+from autotune.export.table import KernelTable, read_table
+from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
+from autotune.runtime.operands import Operand
+from autotune.runtime.sources import check_arch, choose_table
+
+__all__ = ["Runtime", "gemm", "matmul", "explain", "load", "Decision"]
+
+
+class Runtime:
+    """The runtime of one device: its table, its decisions and its loaded kernels.
+
+    Args:
+        device: a :class:`~autotune.runtime.devices.CupyDevice` or
+            :class:`~autotune.runtime.devices.HostDevice`.
+        table: a kernel table to use instead of looking one up (with the text that says where it is from).
+    """
+
+    def __init__(self, device, table: tuple[KernelTable, str] | None = None):
+        self.device = device
+        self._loaded = table
+        self._choice: TableChoice | None = None
+        self._decisions: dict[tuple, Decision] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def choice(self) -> TableChoice:
+        """The table this device uses and where it came from (found on first use)."""
+        if self._choice is None:
+            with self._lock:
+                if self._choice is None:
+                    self._choice = choose_table(self.device.name, self.device.arch, self.device.index, self._loaded)
+        return self._choice
+
+    def gemm(self, a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        """``out = alpha * a @ b + beta * out``; a new ``out`` when none is given (then beta must be 0)."""
+        left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
+        result, target = self._output(left, right, out, a, beta)
+        decision = self._decide(left, right, target)
+        stream = self.device.stream(a)
+        if decision.kernel is None:
+            self.device.cublas(left, right, target, alpha, beta, stream)
+        else:
+            self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
+        return result
+
+    def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
+        """What :meth:`gemm` would run for these operands, and why."""
+        left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
+        target = self.device.operand(out, "out") if out is not None else _like(left, right)
+        return self._decide(left, right, target)
+
+    def _output(self, left: Operand, right: Operand, out: Any, original: Any, beta: float) -> tuple[Any, Operand]:
+        if out is not None:
+            return out, self.device.operand(out, "out")
+        if beta != 0:
+            raise InputError("beta", beta, "0 when no out is given (beta scales the values already in out)")
+        m, n, _ = gemm_shape(left, right, None)
+        result, view = self.device.empty(m, n, left, original)
+        return result, self.device.operand(view, "out")
+
+    def _decide(self, a: Operand, b: Operand, c: Operand) -> Decision:
+        key = (a.shape, b.shape, c.shape, a.dtype_name, b.dtype_name, c.dtype_name, a.row_major, b.row_major,
+               c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decisions[key] = decide(self.choice, a, b, c)
+        return decision
+
+
+def _like(a: Operand, b: Operand) -> Operand:
+    """The output operand a call without ``out`` would get (aligned, row-major, a's dtype and device)."""
+    m, n, _ = gemm_shape(a, b, None)
+    return Operand(array=None, shape=(m, n), dtype_name=a.dtype_name, row_major=True, pointer=0, device=a.device)
+
+
+# -- the process-wide runtime ---------------------------------------------------------------
+
+_runtimes: dict[int, Runtime] = {}
+_loaded_table: tuple[KernelTable, str] | None = None
+_lock = threading.Lock()
+
+
+def load(path: str | Path) -> KernelTable:
+    """Use the kernel table in ``path`` (``autotune export --format python``) for every later call.
+
+    Raises:
+        TableError: the file is not a kernel table, or one of an unknown schema version.
+    """
+    global _loaded_table
+    table = read_table(Path(path))
+    with _lock:
+        _loaded_table = (table, str(path))
+        for index, runtime in list(_runtimes.items()):
+            check_arch(table, str(path), runtime.device.name, runtime.device.arch, index)
+        _runtimes.clear()
+    return table
+
+
+def runtime_for(device_index: int) -> Runtime:
+    """The runtime of CUDA device ``device_index`` (made on first use)."""
+    runtime = _runtimes.get(device_index)
+    if runtime is None:
+        from autotune.runtime.devices import CupyDevice
+
+        with _lock:
+            runtime = _runtimes.get(device_index)
+            if runtime is None:
+                runtime = _runtimes[device_index] = Runtime(CupyDevice(device_index), _loaded_table)
+    return runtime
+
+
+def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    """``out = alpha * a @ b + beta * out`` on the GPU that holds ``a``, with the tuned kernel for its shape.
+
+    a (m x k) and b (k x n) are 2-D GPU arrays of one dtype; float32 and float16
+    run tuned kernels where the table has them, anything else runs on cuBLAS.
+    Returns ``out``, or a new m x n array (a tensor for PyTorch inputs).
+
+    Raises:
+        InputError: the shapes do not chain, the operands are on different GPUs, or
+            beta is not 0 with no ``out``.
+        TableError: the loaded table was built for another GPU architecture.
+    """
+    return runtime_for(_device_of(a)).gemm(a, b, out, alpha, beta)
+
+
+def matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """``a @ b`` for 2-D operands (:func:`gemm` with alpha 1, beta 0)."""
+    return gemm(a, b, out)
+
+
+def explain(a: Any, b: Any, out: Any = None) -> Decision:
+    """Which kernel :func:`gemm` runs for these operands, or why cuBLAS does (``str()`` of it reads as a sentence)."""
+    return runtime_for(_device_of(a)).explain(a, b, out)
+
+
+def _device_of(value: Any) -> int:
+    data = getattr(value, "data", None)
+    device_id = getattr(data, "device_id", None)  # a CuPy array
+    if device_id is not None:
+        return device_id
+    device = getattr(value, "device", None)
+    index = getattr(device, "index", None)  # a PyTorch tensor
+    if index is not None:
+        return index
+    from autotune.runtime.operands import as_cupy
+
+    return as_cupy(value, "a").data.device_id

@@ -1,0 +1,108 @@
+"""Which kernel runs a GEMM call, or why cuBLAS does: pure decisions, no CUDA.
+
+A :class:`Decision` names the tuned kernel the table picks for the call's shape
+and dtype, or the reason the call falls back to cuBLAS (a dtype or layout no
+tuned kernel serves, an operand a kernel cannot address, no tuned results for
+this GPU). Mismatched shapes or operands on different devices are errors, not
+fallbacks: no library could run them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from autotune.errors import InputError
+from autotune.export.table import KernelTable, TableKernel, TableRule
+from autotune.runtime.operands import Operand
+
+INT32_MAX = 2**31 - 1
+ALIGNMENT = 16  # bytes: tuned kernels need 16-byte-aligned operand starts (vector and TMA loads)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableChoice:
+    """The table the runtime uses on a GPU, and how it was found."""
+
+    table: KernelTable | None
+    note: str  # "tuned on NVIDIA H200 (h200), from ...", or why there is none
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What one call runs: ``kernel`` (with the ``rule`` that picked it), or cuBLAS because of ``reason``."""
+
+    dtype: str
+    shape: tuple[int, int, int]
+    kernel: TableKernel | None
+    rule: TableRule | None
+    reason: str  # why this kernel, or why cuBLAS
+    table_note: str
+
+    @property
+    def uses_cublas(self) -> bool:
+        return self.kernel is None
+
+    def __str__(self) -> str:
+        m, n, k = self.shape
+        head = f"{self.dtype} {m}x{n}x{k}: "
+        if self.kernel is None:
+            return head + f"cuBLAS, because {self.reason} ({self.table_note})"
+        return head + f"{self.kernel.name}, {self.reason} ({self.table_note})"
+
+
+def gemm_shape(a: Operand, b: Operand, c: Operand | None) -> tuple[int, int, int]:
+    """``(m, n, k)`` of ``C = A @ B``; InputError when the operands do not chain."""
+    for name, operand in (("a", a), ("b", b), ("out", c)):
+        if operand is not None and len(operand.shape) != 2:
+            raise InputError(f"{name}.shape", operand.shape, "a 2-D matrix (m x k, k x n, m x n)")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError("b.shape", b.shape, f"{k} rows to match a's {k} columns (a is {m}x{k})")
+    if c is not None and c.shape != (m, n):
+        raise InputError("out.shape", c.shape, f"({m}, {n}) for a {m}x{k} @ {k}x{n} product")
+    devices = {operand.device for operand in (a, b, c) if operand is not None}
+    if len(devices) > 1:
+        raise InputError("operand devices", sorted(devices), "a, b and out on one GPU")
+    return m, n, k
+
+
+def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
+    """The kernel for ``c = alpha * a @ b + beta * c``, or why cuBLAS runs it."""
+    shape = gemm_shape(a, b, c)
+    dtype = a.dtype
+
+    def fallback(reason: str) -> Decision:
+        return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note)
+
+    if not (a.dtype_name == b.dtype_name == c.dtype_name):
+        return fallback(f"the dtypes differ ({a.dtype_name}, {b.dtype_name}, {c.dtype_name}); tuned kernels take "
+                        "one dtype for a, b and out")
+    if dtype is None:
+        return fallback(f"no tuned kernel takes {a.dtype_name} (float32 and float16 do)")
+    for name, operand in (("a", a), ("b", b), ("out", c)):
+        if not operand.row_major:
+            return fallback(f"{name} is not C-contiguous (row-major); tuned kernels take row-major matrices")
+        if operand.pointer % ALIGNMENT:
+            return fallback(f"{name} starts at an address that is not {ALIGNMENT}-byte aligned")
+    m, n, k = shape
+    if max(m * k, k * n, m * n) > INT32_MAX:
+        return fallback(f"{m}x{n}x{k} has a matrix of more than 2^31 - 1 elements (kernels index with int32)")
+    table = choice.table
+    if table is None:
+        return fallback("no tuned results are known for this GPU")
+    dtype_table = table.dtypes.get(dtype)
+    if dtype_table is None or not dtype_table.rules:
+        return fallback(f"the table for {table.scope} has no {dtype} kernels")
+    rule = dtype_table.pick(m, n, k)
+    kernel = dtype_table.kernel(rule.kernel)
+    if (rule.m, rule.n, rule.k) == shape:
+        why = f"tuned at this shape ({_quality(rule)})"
+    else:
+        why = f"the best kernel of the nearest tuned shape {rule.m}x{rule.n}x{rule.k} ({_quality(rule)})"
+    return Decision(dtype, shape, kernel, rule, why, choice.note)
+
+
+def _quality(rule: TableRule) -> str:
+    ratio = rule.ratio_to_cublas
+    text = f"{rule.ms:.4g} ms there on {rule.measured_on}"
+    return text + (f", {ratio:.3f}x cuBLAS" if ratio else "")

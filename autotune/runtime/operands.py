@@ -1,0 +1,57 @@
+"""Arrays from any GPU library as operands: CuPy arrays, ``__cuda_array_interface__``, DLPack.
+
+Nothing is copied: a PyTorch CUDA tensor becomes a CuPy view of the same memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+DTYPE_NAMES = {"float32": "f32", "float16": "f16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One matrix of a call, as the dispatcher sees it."""
+
+    array: Any  # what the device computes on: a cupy.ndarray (a numpy.ndarray on the host device)
+    shape: tuple[int, ...]
+    dtype_name: str  # "float32", "bfloat16", ...
+    row_major: bool  # C-contiguous
+    pointer: int
+    device: int
+
+    @property
+    def dtype(self) -> str | None:
+        """``"f32"`` or ``"f16"``; None for a dtype no tuned kernel takes."""
+        return DTYPE_NAMES.get(self.dtype_name)
+
+
+def describe(array: Any, device: int, pointer: int) -> Operand:
+    """An Operand for an array with numpy-like ``shape``, ``dtype`` and ``flags``."""
+    return Operand(array=array, shape=tuple(array.shape), dtype_name=str(array.dtype),
+                   row_major=bool(array.flags.c_contiguous), pointer=pointer, device=device)
+
+
+def is_torch(value: Any) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def as_cupy(value: Any, what: str):
+    """A CuPy view of ``value`` (a CuPy array, an object with ``__cuda_array_interface__`` or DLPack)."""
+    import cupy
+
+    from autotune.errors import InputError
+
+    if isinstance(value, cupy.ndarray):
+        return value
+    if hasattr(value, "__cuda_array_interface__"):
+        return cupy.asarray(value)
+    if hasattr(value, "__dlpack__"):
+        try:
+            return cupy.from_dlpack(value)
+        except (TypeError, ValueError, BufferError, RuntimeError) as error:
+            raise InputError(what, type(value).__name__, f"a GPU array ({error})") from None
+    raise InputError(what, type(value).__name__,
+                     "a CuPy array, or a GPU array with __cuda_array_interface__ or DLPack (a PyTorch CUDA tensor)")

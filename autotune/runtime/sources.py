@@ -1,0 +1,100 @@
+"""Where the runtime finds its kernel table for a GPU.
+
+In this order: a table file the program loaded (:func:`autotune.load`, or the
+``AUTOTUNE_TABLE`` environment variable); the user's results database
+(``AUTOTUNE_DB``, else the default database, if it exists); the tuned results
+that ship with autotune. In each, results measured on this GPU model come
+first; results of another GPU of the same architecture are used when this model
+has none, and the choice says so.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autotune.errors import AutotuneError
+from autotune.export.table import KernelTable, TableError, build_table, read_table
+from autotune.gpus import spec_for_device
+from autotune.problem import DTYPES
+from autotune.runtime.dispatch import TableChoice
+
+TABLE_VARIABLE = "AUTOTUNE_TABLE"
+
+
+def check_arch(table: KernelTable, where: str, gpu_name: str, arch: str, device: int) -> None:
+    """Refuse a table built for another architecture, naming both."""
+    if table.arch != arch:
+        raise TableError(f"{where} holds kernels for {table.arch} ({table.scope}); "
+                         f"device {device}, {gpu_name}, is {arch}")
+
+
+def choose_table(gpu_name: str, arch: str, device: int, loaded: tuple[KernelTable, str] | None = None) -> TableChoice:
+    """The table for the GPU ``gpu_name`` (``arch``), and a note on where it came from."""
+    spec = spec_for_device(gpu_name)
+    key = spec.key if spec else None
+    if loaded is None and os.environ.get(TABLE_VARIABLE):
+        path = os.environ[TABLE_VARIABLE]
+        loaded = (read_table(Path(path)), f"{TABLE_VARIABLE}={path}")
+    if loaded is not None:
+        table, where = loaded
+        check_arch(table, where, gpu_name, arch, device)
+        return TableChoice(table, _note(table, key, gpu_name, where))
+    for where, store in _stores():
+        with store:
+            choice = _from_store(store, where, key, gpu_name, arch)
+        if choice is not None:
+            return choice
+    return TableChoice(None, f"no tuned results for {gpu_name} ({arch}) in the user's database or those shipped")
+
+
+def _from_store(store, where: str, key: str | None, gpu_name: str, arch: str) -> TableChoice | None:
+    known = store.gpus()
+    if key is not None and any(k == key for k, _, _ in known):
+        table = build_table(store, DTYPES, gpu=key)
+    elif any(sm == arch for _, _, sm in known):
+        table = build_table(store, DTYPES, arch=arch)
+    else:
+        return None
+    return TableChoice(table, _note(table, key, gpu_name, where))
+
+
+def _note(table: KernelTable, key: str | None, gpu_name: str, where: str) -> str:
+    measured = ", ".join(table.measured_on) or "no GPU"
+    if table.gpu is not None and table.gpu == key:
+        return f"tuned on {measured}, from {where}"
+    return f"no results for {gpu_name} itself: using results of the same architecture ({table.arch}) measured " \
+           f"on {measured}, from {where}"
+
+
+def _stores():
+    """(description, store) of the user's database if it exists, then of the shipped results."""
+    from autotune.db import ResultStore, default_url
+
+    url = default_url() if os.environ.get("AUTOTUNE_DB") else _existing_default()
+    if url is not None:
+        try:
+            yield "the results database", ResultStore(url)
+        except AutotuneError:
+            pass  # an unreadable database is the CLI's business; the runtime falls through to shipped results
+    yield "the results shipped with autotune", shipped_store()
+
+
+def _existing_default() -> str | None:
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):
+        data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
+    path = Path(data_home, "autotune", "results.db")
+    return "sqlite:///" + str(path) if path.exists() else None
+
+
+def shipped_store():
+    """An in-memory database holding the tuned results that ship with autotune."""
+    from autotune import tuned
+    from autotune.data_files import data_dir
+    from autotune.db import ResultStore
+
+    store = ResultStore("sqlite://")
+    for path in sorted(data_dir("tuned_db").glob("*.jsonl")):
+        tuned.import_file(store, path)
+    return store

@@ -1,0 +1,156 @@
+"""The runtime's dispatch, fallbacks and table loading, on the host device (NumPy, no GPU)."""
+
+import json
+
+import numpy
+import pytest
+
+from autotune.errors import InputError
+from autotune.export.contract import LaunchContract
+from autotune.export.table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, read_table
+from autotune.runtime import Runtime
+from autotune.runtime.devices import HostDevice
+from autotune.runtime.sources import TABLE_VARIABLE, choose_table
+
+RNG = numpy.random.default_rng(7)
+
+
+def kernel(name: str, tile: int) -> TableKernel:
+    launch = LaunchContract(entry=name, target="sm_90", block=(256, 1, 1),
+                            grid=(f"cdiv(N, {tile})", f"cdiv(M, {tile})", "1"), dynamic_smem=0, opt_in=False)
+    return TableKernel(name=name, family="sgemm", params={}, template_hash="0" * 16, launch=launch)
+
+
+def small_table(arch: str = "sm_90") -> KernelTable:
+    """Two f32 kernels: one tuned at 64^3, one at 4096^3; no f16."""
+    rules = (TableRule(64, 64, 64, "small", ms=0.01, cublas_ms=0.012, measured_on="NVIDIA H200"),
+             TableRule(4096, 4096, 4096, "large", ms=2.8, cublas_ms=2.7, measured_on="NVIDIA H200"))
+    return KernelTable(arch=arch, gpu="h200", measured_on=("NVIDIA H200",),
+                       dtypes={"f32": DtypeTable((kernel("small", 32), kernel("large", 128)), rules)})
+
+
+def matrices(m, n, k, dtype=numpy.float32):
+    return RNG.standard_normal((m, k)).astype(dtype), RNG.standard_normal((k, n)).astype(dtype)
+
+
+@pytest.fixture
+def runtime():
+    device = HostDevice()
+    return Runtime(device, (small_table(), "test table")), device
+
+
+def test_nearest_tuned_shape_picks_the_kernel_and_its_grid(runtime):
+    rt, device = runtime
+    a, b = matrices(100, 300, 70)
+    out = rt.gemm(a, b)
+    assert numpy.allclose(out, a @ b, rtol=1e-5, atol=1e-4)
+    assert device.calls == [("kernel", "small", (10, 4, 1))]  # cdiv(300, 32), cdiv(100, 32)
+    a, b = matrices(2000, 3000, 1000)
+    rt.gemm(a, b)
+    assert device.calls[-1] == ("kernel", "large", (24, 16, 1))
+    decision = rt.explain(a, b)
+    assert decision.kernel.name == "large" and "nearest tuned shape 4096x4096x4096" in str(decision)
+
+
+def test_alpha_beta_and_out(runtime):
+    rt, _ = runtime
+    a, b = matrices(33, 17, 9)
+    c = RNG.standard_normal((33, 17)).astype(numpy.float32)
+    want = 2.0 * (a @ b) - 0.5 * c
+    assert rt.gemm(a, b, out=c, alpha=2.0, beta=-0.5) is c
+    assert numpy.allclose(c, want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(InputError, match="beta"):
+        rt.gemm(a, b, beta=1.0)  # nothing to scale without out
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda: matrices(64, 64, 64, numpy.float64), "no tuned kernel takes float64"),
+    (lambda: matrices(64, 64, 64, numpy.float16), "no f16 kernels"),
+    (lambda: (matrices(64, 64, 128)[0][:, ::2], matrices(64, 64, 64)[1]), "a is not C-contiguous"),
+    (lambda: (numpy.frombuffer(numpy.zeros(64 * 64 + 1, numpy.float32).data, numpy.float32, 64 * 64, 4)
+              .reshape(64, 64), matrices(64, 64, 64)[1]), "not 16-byte aligned"),
+])
+def test_what_no_tuned_kernel_serves_runs_on_cublas_and_says_why(runtime, make, reason):
+    rt, device = runtime
+    a, b = make()
+    decision = rt.explain(a, b)
+    assert decision.uses_cublas and reason in decision.reason
+    out = rt.gemm(a, b)
+    assert device.calls[-1] == ("cublas",)
+    assert numpy.allclose(out.astype(numpy.float64), a.astype(numpy.float64) @ b, rtol=1e-2, atol=1e-2)
+
+
+def test_mixed_dtypes_fall_back(runtime):
+    rt, device = runtime
+    a, _ = matrices(8, 8, 8)
+    b = matrices(8, 8, 8, numpy.float16)[1]
+    assert "dtypes differ" in rt.explain(a, b).reason
+
+
+@pytest.mark.parametrize("shapes, fragment", [
+    (((4, 5), (6, 7)), "b.shape"),
+    (((4, 5, 1), (5, 7)), "a.shape"),
+])
+def test_shapes_that_do_not_chain_are_errors(runtime, shapes, fragment):
+    rt, device = runtime
+    a, b = (numpy.ones(s, numpy.float32) for s in shapes)
+    with pytest.raises(InputError, match=fragment):
+        rt.gemm(a, b)
+    assert device.calls == []
+
+
+def test_wrong_out_shape_is_an_error(runtime):
+    rt, _ = runtime
+    a, b = matrices(4, 5, 6)
+    with pytest.raises(InputError, match=r"out.shape .*\(4, 5\)"):
+        rt.gemm(a, b, out=numpy.empty((5, 4), numpy.float32))
+
+
+def test_no_table_means_cublas_with_the_reason():
+    rt = Runtime(HostDevice(name="NVIDIA A100-SXM4-80GB", arch="sm_80"))  # the shipped results are H200's
+    a, b = matrices(16, 16, 16)
+    decision = rt.explain(a, b)
+    assert decision.uses_cublas and "no tuned results" in str(decision)
+
+
+def test_a_table_for_another_architecture_is_refused_naming_both(tmp_path):
+    path = tmp_path / "t.json"
+    small_table("sm_80").write(path, with_cubins=False)
+    rt = Runtime(HostDevice(name="NVIDIA H200", arch="sm_90"), (read_table(path), str(path)))
+    with pytest.raises(TableError, match=r"sm_80 .*sm_90"):
+        rt.gemm(*matrices(8, 8, 8))
+
+
+def test_table_file_round_trip_and_environment_variable(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    small_table().write(path, with_cubins=False)
+    assert read_table(path) == small_table()
+    monkeypatch.setenv(TABLE_VARIABLE, str(path))
+    choice = choose_table("NVIDIA H200", "sm_90", 0)
+    assert choice.table == small_table() and str(path) in choice.note
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda d: d.update(schema_version=2), "schema_version 2"),
+    (lambda d: d.pop("kind"), "not an autotune kernel table"),
+    (lambda d: d["dtypes"]["f32"]["rules"][0].update(kernel="missing"), "'missing'"),
+    (lambda d: d["dtypes"]["f32"]["kernels"][0]["launch"].update(grid=["__import__('os')", "1", "1"]), "grid"),
+    (lambda d: d["dtypes"]["f32"]["rules"][0].update(ms=-1), "positive"),
+])
+def test_bad_table_files_are_refused_in_one_line(tmp_path, edit, fragment):
+    data = small_table().to_dict()
+    edit(data)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=fragment) as error:
+        read_table(path)
+    assert "\n" not in str(error.value)
+
+
+def test_shipped_results_serve_h200_and_same_architecture_h100():
+    h200 = choose_table("NVIDIA H200", "sm_90", 0)
+    assert h200.table.gpu == "h200" and "shipped" in h200.note
+    h100 = choose_table("NVIDIA H100 80GB HBM3", "sm_90", 0)
+    assert h100.table.arch == "sm_90" and "same architecture" in h100.note and "NVIDIA H200" in h100.note
+    a100 = choose_table("NVIDIA A100-SXM4-80GB", "sm_80", 0)
+    assert a100.table is None
