@@ -10,6 +10,8 @@
 #   bench/h200.sh ratio DTYPE:SIZE...   the best config against cuBLAS, 10 rounds, which goes first alternating
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
+#   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
+#                                       bench/runtime_check.py with it: 20 shapes per dtype against cuBLAS
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -64,13 +66,17 @@ while [ $# -gt 0 ]; do
             shift
         done
         ;;
+    runtime)
+        python3 -m autotune export --gpu h200 --shipped --format python --out "$OUT/export" 2>&1 | tee "$OUT/runtime.log" || status=1
+        python3 bench/runtime_check.py --table "$OUT/export/autotune_kernels_h200.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -1,0 +1,183 @@
+"""The Python runtime on a GPU: every pick verified against cuBLAS and timed beside it, host overhead, PyTorch.
+
+    python3 bench/runtime_check.py [--table autotune_kernels_h200.json] [--out DIR]
+
+For 20 shapes per dtype (square, odd, tall, wide, long-K and LLM-style) it
+runs ``autotune.gemm`` on fresh random operands, checks every element against
+cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
+the bound of autotune.measure), and times ``autotune.gemm`` and cuBLAS the way a
+search does (L2 flushed before each launch, which also hides launch latency).
+Then: a misaligned and a strided operand (cuBLAS fallback, still correct), a
+PyTorch fp16 tensor (no copy: the runtime writes the tensor's own memory), and
+host time per call against ``cupy.matmul`` on a small shape.
+Writes runtime_check.csv and runtime_check.json under --out; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import cupy
+import numpy
+
+import autotune
+from autotune import measure
+from autotune.problem import GemmProblem
+
+SHAPES = [
+    (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+    (1000, 1000, 1000), (777, 1333, 555), (4095, 4097, 4093), (513, 257, 1025), (33, 65, 129),
+    (1, 4096, 4096), (16, 4096, 4096), (128, 14336, 4096), (127, 4096, 11008), (2, 11008, 4096),
+    (4096, 4096, 11008), (8192, 8192, 1024), (4096, 14336, 4096), (2048, 512, 8192),
+    (8192, 1024, 1024), (1024, 8192, 1024),
+]
+DTYPES = ("f32", "f16")
+
+
+def check_shape(problem: GemmProblem, seed: int) -> dict:
+    """Verify (beta 0 and 0.5) and time one shape; the row for the report."""
+    operands = measure.make_operands(problem, seed)
+    decision = autotune.explain(operands.a, operands.b, operands.out)
+    worst = 0.0
+    for beta in (0.0, 0.5):
+        case = GemmProblem(problem.m, problem.n, problem.k, problem.dtype, beta=beta)
+        ref = measure.reference(case, operands)
+        bound = measure.error_bound(case, operands, ref)
+        result = measure.check(lambda out, b=beta: autotune.gemm(operands.a, operands.b, out=out, beta=b),
+                               case, operands, ref, bound)
+        worst = max(worst, result.max_error)
+        if not result.passed:
+            return _row(problem, decision, worst, None, None, f"beta {beta}: {result.describe()}")
+    ours = measure.time_launches(lambda: autotune.gemm(operands.a, operands.b, out=operands.out), repeats=30)
+    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0), repeats=30)
+    return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, "ok")
+
+
+def _row(problem, decision, worst, ms, cublas_ms, status) -> dict:
+    return {"dtype": problem.dtype, "shape": problem.shape, "kernel": "cuBLAS" if decision.uses_cublas else
+            decision.kernel.name, "why": decision.reason, "max_error_over_bound": worst, "ms": ms,
+            "cublas_ms": cublas_ms, "ratio_to_cublas": cublas_ms / ms if ms and cublas_ms else None, "status": status}
+
+
+def check_fallbacks() -> list[dict]:
+    """A misaligned and a strided operand run on cuBLAS and are still right."""
+    rows = []
+    a = cupy.random.standard_normal((257, 129), dtype=cupy.float32)
+    b = cupy.random.standard_normal((129, 300), dtype=cupy.float32)
+    flat = cupy.empty(257 * 129 + 1, dtype=cupy.float32)
+    shifted = flat[1:].reshape(257, 129)
+    shifted[...] = a
+    strided = cupy.random.standard_normal((129, 600), dtype=cupy.float32)[:, ::2]
+    strided[...] = b
+    want = a.astype(cupy.float64) @ b.astype(cupy.float64)
+    for name, left, right in (("misaligned a", shifted, b), ("strided b", a, strided)):
+        decision = autotune.explain(left, right)
+        got = autotune.gemm(left, right)
+        error = float(cupy.max(cupy.abs(got - want)) / cupy.max(cupy.abs(want)))
+        ok = decision.uses_cublas and error < 1e-5
+        rows.append({"case": name, "runs": "cuBLAS" if decision.uses_cublas else decision.kernel.name,
+                     "why": decision.reason, "relative_error": error, "status": "ok" if ok else "FAILED"})
+    return rows
+
+
+def check_torch() -> dict:
+    """A PyTorch fp16 product through the runtime, in place, against torch in fp32."""
+    try:
+        import torch
+    except ImportError:
+        return {"status": "skipped: no torch"}
+    a = torch.randn(1000, 3000, device="cuda", dtype=torch.float16)
+    b = torch.randn(3000, 2000, device="cuda", dtype=torch.float16)
+    out = torch.empty(1000, 2000, device="cuda", dtype=torch.float16)
+    returned = autotune.gemm(a, b, out=out)
+    fresh = autotune.gemm(a, b)
+    torch.cuda.synchronize()
+    want = a.float() @ b.float()
+    error = float((out.float() - want).abs().max() / want.abs().max())
+    same = returned is out and isinstance(fresh, torch.Tensor) and torch.equal(fresh, out)
+    decision = autotune.explain(a, b, out)
+    ok = same and error < 2e-3 and not decision.uses_cublas
+    return {"kernel": "cuBLAS" if decision.uses_cublas else decision.kernel.name, "relative_error": error,
+            "in_place": returned is out, "fresh_result_is_tensor": isinstance(fresh, torch.Tensor),
+            "status": "ok" if ok else "FAILED"}
+
+
+def host_overhead(calls: int = 3000) -> dict:
+    """Host microseconds per call of autotune.gemm, cupy.matmul and a bare cuBLAS call on 64 x 64 x 64."""
+    a = cupy.random.standard_normal((64, 64), dtype=cupy.float32)
+    b = cupy.random.standard_normal((64, 64), dtype=cupy.float32)
+    out = cupy.empty((64, 64), dtype=cupy.float32)
+    cublas = measure.CublasGemm(a, b, out, 1.0, 0.0)
+    ways = {"autotune.gemm(a, b, out=out)": lambda: autotune.gemm(a, b, out=out),
+            "autotune.gemm(a, b)": lambda: autotune.gemm(a, b),
+            "cupy.matmul(a, b, out=out)": lambda: cupy.matmul(a, b, out=out),
+            "cupy.matmul(a, b)": lambda: cupy.matmul(a, b),
+            "cuBLAS gemmEx, arguments prepared": cublas}
+    result = {}
+    for name, call in ways.items():
+        for _ in range(200):
+            call()
+        cupy.cuda.get_current_stream().synchronize()
+        samples = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            samples.append((time.perf_counter() - start) / calls * 1e6)
+            cupy.cuda.get_current_stream().synchronize()
+        result[name] = float(numpy.median(samples))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", help="a table file from `autotune export --format python` (default: looked up)")
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args()
+    if args.table:
+        autotune.load(args.table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for dtype in DTYPES:
+        for seed, shape in enumerate(SHAPES):
+            row = check_shape(GemmProblem(*shape, dtype), seed)
+            rows.append(row)
+            ratio = f"{row['ratio_to_cublas']:.3f}x" if row["ratio_to_cublas"] else "-"
+            print(f"{dtype} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
+                  f"ms {row['ms'] or 0:.5f} cuBLAS {row['cublas_ms'] or 0:.5f} {ratio:>7} {row['kernel'][:60]}",
+                  flush=True)
+    report = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+              "table": str(autotune.runtime.runtime_for(0).choice.note), "shapes": rows,
+              "fallbacks": check_fallbacks(), "torch": check_torch(), "host_us_per_call": host_overhead()}
+    with open(out / "runtime_check.csv", "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "runtime_check.json").write_text(json.dumps(report, indent=1))
+    for row in report["fallbacks"]:
+        print(f"fallback {row['case']}: {row['runs']} ({row['why']}), relative error {row['relative_error']:.2e}: "
+              f"{row['status']}")
+    print(f"torch: {report['torch']}")
+    for name, micros in report["host_us_per_call"].items():
+        print(f"host {micros:7.2f} us/call  {name}")
+    ratios = [r["ratio_to_cublas"] for r in rows if r["ratio_to_cublas"]]
+    for dtype in DTYPES:
+        own = [r["ratio_to_cublas"] for r in rows if r["dtype"] == dtype and r["ratio_to_cublas"]]
+        if own:
+            print(f"{dtype}: geometric mean {float(numpy.exp(numpy.mean(numpy.log(own)))):.3f}x cuBLAS over "
+                  f"{len(own)} shapes, worst {min(own):.3f}x")
+    failed = [r for r in rows if r["status"] != "ok"] + [r for r in report["fallbacks"] if r["status"] != "ok"]
+    failed += [report["torch"]] if report["torch"]["status"] not in ("ok",) else []
+    print(f"{len(rows) - len([r for r in rows if r['status'] != 'ok'])} of {len(rows)} shapes verified; "
+          f"{len(failed)} failures; {len(ratios)} timed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
