@@ -80,6 +80,18 @@ def test_what_no_tuned_kernel_serves_runs_on_cublas_and_says_why(runtime, make, 
     assert numpy.allclose(out.astype(numpy.float64), a.astype(numpy.float64) @ b, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("shape, fragment", [
+    ((16, 64, 64), "m = 16 is outside the tuned range of m (32..8192)"),
+    ((64, 9000, 64), "n = 9000 is outside the tuned range of n (32..8192)"),
+])
+def test_sizes_outside_the_tuned_range_run_on_cublas(runtime, shape, fragment):
+    rt, device = runtime
+    a, b = matrices(*shape)
+    assert fragment in rt.explain(a, b).reason
+    rt.gemm(a, b)
+    assert device.calls == [("cublas",)]
+
+
 def test_mixed_dtypes_fall_back(runtime):
     rt, device = runtime
     a, _ = matrices(8, 8, 8)

@@ -34,9 +34,11 @@ from autotune.select import build as build_selection
 from autotune.space import load_space
 
 SCHEMA_VERSION = 1
+TUNED_RANGE_FACTOR = 2  # a table serves sizes from half its smallest to twice its largest tuned size, per axis
 KIND = "autotune-kernel-table"
 SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|; "
-                  "a tie goes to the larger tuned shape")
+                  "a tie goes to the larger tuned shape; sizes outside [ceil(smallest tuned / 2), largest tuned * 2] "
+                  "on any axis are not served (cuBLAS)")
 KERNEL_ARGUMENTS = ("(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta"
                     "[, CUtensorMap tensor_maps...]); A: M x K, B: K x N, C: M x N, row-major; "
                     "C = alpha * A @ B + beta * C")
@@ -123,6 +125,16 @@ class DtypeTable:
 
     def kernel(self, name: str) -> TableKernel:
         return next(kernel for kernel in self.kernels if kernel.name == name)
+
+    def outside(self, m: int, n: int, k: int) -> str | None:
+        """Why ``m x n x k`` is outside what the rules cover (None if inside): each size must lie within
+        half the smallest and twice the largest tuned size of its axis (TUNED_RANGE_FACTOR)."""
+        for axis, size in zip("mnk", (m, n, k)):
+            tuned = [getattr(rule, axis) for rule in self.rules]
+            low, high = -(-min(tuned) // TUNED_RANGE_FACTOR), max(tuned) * TUNED_RANGE_FACTOR
+            if not low <= size <= high:
+                return f"{axis} = {size} is outside the tuned range of {axis} ({low}..{high})"
+        return None
 
     def pick(self, m: int, n: int, k: int) -> TableRule | None:
         """The rule of the tuned shape nearest to ``m x n x k`` (see SELECTION_RULE)."""

@@ -10,7 +10,7 @@ would have launched, so the runtime's dispatch can be tested with no GPU.
 
 from __future__ import annotations
 
-import dataclasses
+import threading
 from typing import Any
 
 import numpy
@@ -21,17 +21,32 @@ from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
 SMEM_DEFAULT_LIMIT = 48 * 1024
 
 
-@dataclasses.dataclass
-class _Loaded:
-    """A kernel ready to launch: its function, grid rule and current tensor maps."""
+class _Launch:
+    """One kernel on one problem size, its arguments prepared for ``cuLaunchKernel``.
 
-    function: Any
-    grid: Any  # (m, n, k) -> (x, y, z)
-    block: tuple[int, int, int]
-    shared_mem: int
-    kernel: TableKernel
-    maps: tuple = ()
-    mapped: tuple | None = None  # (a, b, c pointers, m, n, k) the maps describe
+    The arguments live in NumPy buffers whose addresses form the kernel-parameter
+    array, so a call only writes what changed (pointers, scalars, tensor maps) and
+    launches: no per-call argument conversion.
+    """
+
+    def __init__(self, function, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+                 kernel: TableKernel, maps: int):
+        self.function, self.grid, self.block, self.shared_mem, self.kernel = function, grid, block, shared_mem, kernel
+        self.pointers = numpy.zeros(3, numpy.uint64)
+        self.sizes = numpy.zeros(3, numpy.int32)
+        self.scalars = numpy.zeros(2, numpy.float32)
+        raw = numpy.zeros(maps * 128 + 64, numpy.uint8)
+        offset = -raw.ctypes.data % 64  # CUtensorMap is 64-byte aligned
+        self.maps = raw[offset:offset + maps * 128]
+        self._raw = raw
+        addresses = [self.pointers.ctypes.data + 8 * i for i in range(3)]
+        addresses += [self.sizes.ctypes.data + 4 * i for i in range(3)]
+        addresses += [self.scalars.ctypes.data + 4 * i for i in range(2)]
+        addresses += [self.maps.ctypes.data + 128 * i for i in range(maps)]
+        self.parameters = numpy.array(addresses, dtype=numpy.uint64)
+        self.described: tuple | None = None  # (a, b, c pointers) the buffers hold
+        self.scaled: tuple[float, float] | None = None
+        self.lock = threading.Lock()
 
 
 class CupyDevice:
@@ -46,7 +61,8 @@ class CupyDevice:
         name = props["name"]
         self.name = name.decode() if isinstance(name, bytes) else str(name)
         self.arch = f"sm_{props['major']}{props['minor']}"
-        self._loaded: dict[str, _Loaded] = {}
+        self._functions: dict[str, Any] = {}  # kernel name -> loaded function
+        self._launches: dict[tuple, _Launch] = {}  # (kernel name, m, n, k) -> prepared launch
         self._streams: dict[int, Any] = {}
 
     # -- operands ----------------------------------------------------------------------
@@ -83,18 +99,30 @@ class CupyDevice:
     def launch(self, kernel: TableKernel, arch: str, a: Operand, b: Operand, c: Operand,
                alpha: float, beta: float, stream) -> None:
         """Launch a tuned kernel (loading it first if needed) on ``stream``."""
-        loaded = self._loaded.get(kernel.name) or self._load(kernel, arch)
         m, k = a.shape
         n = b.shape[1]
-        if kernel.launch.tensor_maps:
-            key = (a.pointer, b.pointer, c.pointer, m, n, k)
-            if key != loaded.mapped:
-                loaded.maps = self._encode_maps(kernel, a, b, c, m, n, k)
-                loaded.mapped = key
-        args = (a.array, b.array, c.array, numpy.int32(m), numpy.int32(n), numpy.int32(k),
-                numpy.float32(alpha), numpy.float32(beta), *loaded.maps)
-        with self.cupy.cuda.Device(self.index):
-            loaded.function(loaded.grid(m, n, k), loaded.block, args, shared_mem=loaded.shared_mem, stream=stream)
+        launch = self._launches.get((kernel.name, m, n, k)) or self._prepare(kernel, arch, m, n, k)
+        described = (a.pointer, b.pointer, c.pointer)
+        with launch.lock:
+            if described != launch.described:
+                launch.pointers[:] = described
+                if kernel.launch.tensor_maps:
+                    launch.maps[:] = numpy.frombuffer(b"".join(self._encode_maps(kernel, a, b, c, m, n, k)),
+                                                      numpy.uint8)
+                launch.described = described
+            if (alpha, beta) != launch.scaled:
+                launch.scalars[:] = (alpha, beta)
+                launch.scaled = (alpha, beta)
+            self._launch(launch, stream)
+
+    def _launch(self, launch: _Launch, stream) -> None:
+        driver = self.cupy.cuda.driver
+        if self.cupy.cuda.runtime.getDevice() != self.index:
+            with self.cupy.cuda.Device(self.index):
+                return self._launch(launch, stream)
+        (gx, gy, gz), (bx, by, bz) = launch.grid, launch.block
+        driver.launchKernel(launch.function.ptr, gx, gy, gz, bx, by, bz, launch.shared_mem, stream.ptr,
+                            launch.parameters.ctypes.data, 0)
 
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
@@ -111,7 +139,16 @@ class CupyDevice:
             else:
                 c.array[...] = alpha * product + beta * c.array
 
-    def _load(self, kernel: TableKernel, arch: str) -> _Loaded:
+    def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> _Launch:
+        """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""
+        function = self._functions.get(kernel.name) or self._load(kernel, arch)
+        launch = _Launch(function, kernel.launch.grid_for(m, n, k), kernel.launch.block, kernel.launch.dynamic_smem,
+                         kernel, len(kernel.launch.tensor_maps))
+        launch.sizes[:] = (m, n, k)
+        self._launches[(kernel.name, m, n, k)] = launch
+        return launch
+
+    def _load(self, kernel: TableKernel, arch: str):
         compiled = compile_table_kernel(kernel, arch)
         with self.cupy.cuda.Device(self.index):
             module = self.cupy.cuda.function.Module()
@@ -121,14 +158,14 @@ class CupyDevice:
             if kernel.launch.opt_in and shared > SMEM_DEFAULT_LIMIT:
                 driver = self.cupy.cuda.driver
                 driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-        loaded = _Loaded(function, kernel.launch.grid_function(), kernel.launch.block, shared, compiled)
-        self._loaded[kernel.name] = loaded
-        return loaded
+        self._functions[kernel.name] = function
+        return function
 
     @staticmethod
-    def _encode_maps(kernel: TableKernel, a: Operand, b: Operand, c: Operand, m: int, n: int, k: int) -> tuple:
+    def _encode_maps(kernel: TableKernel, a: Operand, b: Operand, c: Operand, m: int, n: int, k: int) -> list[bytes]:
+        """The kernel's tensor maps for these operands; zeros for an operand TMA cannot address (the kernel
+        then copies element-wise)."""
         from autotune.tensor_map import TENSOR_MAP_BYTES, encode, fits_tma
-        from autotune.worker import TENSOR_MAP_DTYPE
 
         operands = {"A": a, "B": b, "C": c}
         maps = []
@@ -136,10 +173,9 @@ class CupyDevice:
             operand = operands[spec.operand]
             rows, columns = spec.shape(m, n, k)
             itemsize = operand.array.itemsize
-            encoded = (encode(spec, operand.pointer, rows, columns, itemsize)
-                       if fits_tma(operand.pointer, columns, itemsize) else bytes(TENSOR_MAP_BYTES))
-            maps.append(numpy.frombuffer(encoded, dtype=TENSOR_MAP_DTYPE).copy())
-        return tuple(maps)
+            maps.append(encode(spec, operand.pointer, rows, columns, itemsize)
+                        if fits_tma(operand.pointer, columns, itemsize) else bytes(TENSOR_MAP_BYTES))
+        return maps
 
 
 class HostDevice:

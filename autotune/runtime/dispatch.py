@@ -93,6 +93,9 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     dtype_table = table.dtypes.get(dtype)
     if dtype_table is None or not dtype_table.rules:
         return fallback(f"the table for {table.scope} has no {dtype} kernels")
+    outside = dtype_table.outside(m, n, k)
+    if outside:
+        return fallback(outside)
     rule = dtype_table.pick(m, n, k)
     kernel = dtype_table.kernel(rule.kernel)
     if (rule.m, rule.n, rule.k) == shape:
