@@ -5,15 +5,13 @@ Nothing is copied: a PyTorch CUDA tensor becomes a CuPy view of the same memory.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 DTYPE_NAMES = {"float32": "f32", "float16": "f16"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Operand:
-    """One matrix of a call, as the dispatcher sees it."""
+class Operand(NamedTuple):
+    """One matrix of a call, as the dispatcher sees it (a tuple: cheap to make on every call)."""
 
     array: Any  # what the device computes on: a cupy.ndarray (a numpy.ndarray on the host device)
     shape: tuple[int, ...]
@@ -30,8 +28,7 @@ class Operand:
 
 def describe(array: Any, device: int, pointer: int) -> Operand:
     """An Operand for an array with numpy-like ``shape``, ``dtype`` and ``flags``."""
-    return Operand(array=array, shape=tuple(array.shape), dtype_name=str(array.dtype),
-                   row_major=bool(array.flags.c_contiguous), pointer=pointer, device=device)
+    return Operand(array, array.shape, array.dtype.name, array.flags.c_contiguous, pointer, device)
 
 
 def is_torch(value: Any) -> bool:
@@ -40,14 +37,13 @@ def is_torch(value: Any) -> bool:
 
 def as_cupy(value: Any, what: str):
     """A CuPy view of ``value`` (a CuPy array, an object with ``__cuda_array_interface__`` or DLPack)."""
-    import cupy
-
-    from autotune.errors import InputError
-
-    if isinstance(value, cupy.ndarray):
+    cupy = _cupy()
+    if type(value) is cupy.ndarray or isinstance(value, cupy.ndarray):
         return value
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)
+    from autotune.errors import InputError
+
     if hasattr(value, "__dlpack__"):
         try:
             return cupy.from_dlpack(value)
@@ -55,3 +51,15 @@ def as_cupy(value: Any, what: str):
             raise InputError(what, type(value).__name__, f"a GPU array ({error})") from None
     raise InputError(what, type(value).__name__,
                      "a CuPy array, or a GPU array with __cuda_array_interface__ or DLPack (a PyTorch CUDA tensor)")
+
+
+_CUPY = None
+
+
+def _cupy():
+    global _CUPY
+    if _CUPY is None:
+        import cupy
+
+        _CUPY = cupy
+    return _CUPY
