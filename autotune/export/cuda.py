@@ -1,0 +1,135 @@
+"""``autotune export --format cuda``: the kernels of a kernel table as a self-contained C library.
+
+:func:`write_library` writes a CMake project: ``include/autotune_gemm.h`` (a C
+API, no CUDA header needed), ``src/`` (the cubins as byte arrays, each kernel's
+launch contract, the selection rules ported from :meth:`DtypeTable.pick`, and
+the launcher, which loads the CUDA driver at run time), ``CMakeLists.txt``
+with an installable, ``find_package``-able target ``autotune::autotune_gemm``,
+an example and a README. The files are in ``cuda_library/`` beside this
+module: those ending in ``.j2`` are rendered with the table, the rest copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from autotune import __version__
+from autotune.cubin import parameter_sizes
+from autotune.errors import InputError
+from autotune.export.contract import to_c
+from autotune.export.table import DtypeTable, KernelTable, TableError, TableKernel
+from autotune.tensor_map import SWIZZLES
+from autotune.worker import argument_bytes
+
+LIBRARY_FILES = Path(__file__).resolve().parent / "cuda_library"
+FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+ELEMENT_BYTES = {"f32": 4, "f16": 2}
+MAX_TENSOR_MAPS = 8  # src/launch.c
+_ARCH = re.compile(r"^sm_(\d+)(\d)$")
+_BYTES_PER_LINE = 24
+
+
+def write_library(table: KernelTable, out: Path) -> list[Path]:
+    """Write the C library of ``table`` (compiled first where a kernel has no cubin) into ``out``.
+
+    Returns the files written. Raises InputError for an ``out`` that is not a
+    directory and TableError for a table the library cannot hold (no dtype with
+    rules, an architecture that is not ``sm_XY``, a cubin whose parameters are
+    not what the launcher passes).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", str(out), "a directory (it is a file)")
+    if any(kernel.cubin is None for dtype in table.dtypes.values() for kernel in dtype.kernels):
+        table = table.compiled()
+    context = library_context(table)
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(LIBRARY_FILES), keep_trailing_newline=True,
+                                     trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                                     autoescape=False)
+    written = []
+    for source in sorted(path for path in LIBRARY_FILES.rglob("*") if path.is_file()):
+        relative = source.relative_to(LIBRARY_FILES)
+        if source.suffix == ".j2":
+            target = out / relative.with_suffix("")
+            text = environment.get_template(relative.as_posix()).render(context)
+        else:
+            target = out / relative
+            text = source.read_text()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        written.append(target)
+    return written
+
+
+def library_context(table: KernelTable) -> dict[str, Any]:
+    """What the templates are rendered with: the table's kernels (each once, in a fixed order) and,
+    per dtype, its rules pointing at them."""
+    match = _ARCH.match(table.arch)
+    if not match:
+        raise TableError(f"architecture {table.arch!r}: expected sm_ and its compute capability, like sm_90")
+    unknown = sorted(set(table.dtypes) - set(FUNCTIONS))
+    if unknown:
+        raise TableError(f"dtype {unknown[0]!r}: the C library has functions for {', '.join(FUNCTIONS)} only")
+    if not any(dtype.rules for dtype in table.dtypes.values()):
+        raise TableError(f"the table of {table.scope} has no tuned shapes: nothing to export")
+    kernels: list[TableKernel] = []
+    for dtype in table.dtypes.values():
+        kernels += [kernel for kernel in dtype.kernels if kernel.name not in {k.name for k in kernels}]
+    index = {kernel.name: i for i, kernel in enumerate(kernels)}
+    dtypes = [_dtype_context(name, table.dtypes.get(name), index) for name in FUNCTIONS]
+    return {
+        "scope": table.scope, "arch": table.arch, "arch_major": int(match.group(1)), "arch_minor": int(match.group(2)),
+        "version": __version__, "created_at": table.created_at, "source": table.source,
+        "measured_on": ", ".join(table.measured_on),
+        "has_f32": bool(dtypes[0]["rules"]), "has_f16": bool(dtypes[1]["rules"]),
+        "kernels": [_kernel_context(kernel) for kernel in kernels], "dtypes": dtypes,
+    }
+
+
+def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -> dict[str, Any]:
+    rules = dtype.rules if dtype else ()
+    volumes = sorted({rule.m * rule.n * rule.k for rule in rules})
+    return {
+        "name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
+        "rules": [{"m": rule.m, "n": rule.n, "k": rule.k, "volume_rank": volumes.index(rule.m * rule.n * rule.k),
+                   "kernel": index[rule.kernel], "kernel_name": rule.kernel, "note": _rule_note(rule)}
+                  for rule in rules],
+    }
+
+
+def _rule_note(rule) -> str:
+    ratio = f", {rule.ratio_to_cublas:.3f}x cuBLAS" if rule.ratio_to_cublas else ""
+    return f"{rule.ms:.4g} ms{ratio} on {rule.measured_on}".replace("*/", "* /")
+
+
+def _kernel_context(kernel: TableKernel) -> dict[str, Any]:
+    launch = kernel.launch
+    if not launch.entry.isidentifier() or not kernel.name.isidentifier():
+        raise TableError(f"kernel {kernel.name!r} (entry {launch.entry!r}) is not a C identifier")
+    if len(launch.tensor_maps) > MAX_TENSOR_MAPS:
+        raise TableError(f"{kernel.name} takes {len(launch.tensor_maps)} tensor maps; the library passes at most "
+                         f"{MAX_TENSOR_MAPS}")
+    taken = parameter_sizes(kernel.cubin, launch.entry)
+    passed = argument_bytes(launch.tensor_maps)
+    if taken and taken != passed:
+        raise TableError(f"{kernel.name} takes parameters of {list(taken)} bytes, but the library passes "
+                         f"{list(passed)}")
+    return {
+        **dataclasses.asdict(launch), "name": kernel.name, "family": kernel.family,
+        "grid": [to_c(side) for side in launch.grid], "opt_in": int(launch.opt_in),
+        "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
+                         "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
+                        for spec in launch.tensor_maps],
+        "cubin_bytes": len(kernel.cubin), "cubin_text": _byte_lines(kernel.cubin),
+    }
+
+
+def _byte_lines(data: bytes) -> str:
+    """``data`` as the body of a C array initializer."""
+    return "\n".join("    " + ",".join(f"0x{byte:02x}" for byte in data[start:start + _BYTES_PER_LINE]) + ","
+                     for start in range(0, len(data), _BYTES_PER_LINE))

@@ -1,0 +1,108 @@
+#include <stdint.h>
+
+#include "call.h"
+#include "error.h"
+
+#define INT32_ELEMENTS 2147483647LL
+#define OPERAND_ALIGNMENT 16
+
+typedef struct operand {
+    const char* name;
+    const void* pointer;
+    int rows, columns;
+    const char* rows_name;
+    const char* columns_name;
+} operand;
+
+static void operands_of(const autotune_call* call, operand out[3]) {
+    out[0] = (operand){"A", call->a, call->m, call->k, "m", "k"};
+    out[1] = (operand){"B", call->b, call->k, call->n, "k", "n"};
+    out[2] = (operand){"C", call->c, call->m, call->n, "m", "n"};
+}
+
+static autotune_status check_size(const char* name, int value) {
+    if (value < 1)
+        return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE, "%s = %d: expected %s >= 1", name, value, name);
+    return AUTOTUNE_SUCCESS;
+}
+
+autotune_status autotune_gemm_check_sizes(const autotune_call* call) {
+    autotune_status status;
+    if ((status = check_size("m", call->m)) || (status = check_size("n", call->n)) ||
+        (status = check_size("k", call->k)))
+        return status;
+    operand operands[3];
+    operands_of(call, operands);
+    for (int i = 0; i < 3; ++i) {
+        const operand* o = &operands[i];
+        long long elements = (long long)o->rows * o->columns;
+        if (elements > INT32_ELEMENTS)
+            return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED,
+                                      "%s is %s x %s = %d x %d = %lld elements: expected at most %lld "
+                                      "(the kernels index with int32)",
+                                      o->name, o->rows_name, o->columns_name, o->rows, o->columns, elements,
+                                      INT32_ELEMENTS);
+    }
+    return AUTOTUNE_SUCCESS;
+}
+
+autotune_status autotune_gemm_check_arguments(const autotune_call* call) {
+    autotune_status status = autotune_gemm_check_sizes(call);
+    if (status != AUTOTUNE_SUCCESS)
+        return status;
+    operand operands[3];
+    operands_of(call, operands);
+    for (int i = 0; i < 3; ++i) {
+        const operand* o = &operands[i];
+        if (o->pointer == NULL)
+            return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE, "%s = NULL: expected a device pointer", o->name);
+        if ((uintptr_t)o->pointer % OPERAND_ALIGNMENT != 0)
+            return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED,
+                                      "%s = %p: expected a %d-byte aligned address (the tuned kernels need one)",
+                                      o->name, o->pointer, OPERAND_ALIGNMENT);
+    }
+    return AUTOTUNE_SUCCESS;
+}
+
+static autotune_status check_operand_memory(const autotune_driver* driver, int device, const operand* o,
+                                            int element_bytes) {
+    CUdeviceptr address = (CUdeviceptr)(uintptr_t)o->pointer;
+    int ordinal = -1;
+    CUresult result = driver->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+    if (result != CUDA_SUCCESS) {
+        char text[160];
+        return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
+                                  "%s = %p: expected device memory (cuPointerGetAttribute(DEVICE_ORDINAL): %s)",
+                                  o->name, o->pointer, autotune_gemm_describe(driver, result, text, sizeof text));
+    }
+    if (ordinal != device)
+        return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
+                                  "%s = %p: memory of device %d, expected memory of device %d (the current "
+                                  "context's)",
+                                  o->name, o->pointer, ordinal, device);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    unsigned long long needed = (unsigned long long)o->rows * (unsigned long long)o->columns * element_bytes;
+    /* Not every kind of memory reports its range; where the driver does, the operand must fit in it. */
+    if (driver->cuMemGetAddressRange(&base, &size, address) == CUDA_SUCCESS && size > 0 &&
+        address - base + needed > size)
+        return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
+                                  "%s = %p: expected room for %s x %s = %d x %d elements (%llu bytes), its "
+                                  "allocation holds %llu bytes from there",
+                                  o->name, o->pointer, o->rows_name, o->columns_name, o->rows, o->columns, needed,
+                                  (unsigned long long)(size - (address - base)));
+    return AUTOTUNE_SUCCESS;
+}
+
+autotune_status autotune_gemm_check_memory(const autotune_driver* driver, const autotune_context* context,
+                                           const autotune_call* call) {
+    operand operands[3];
+    operands_of(call, operands);
+    int device = autotune_gemm_context_device(context);
+    for (int i = 0; i < 3; ++i) {
+        autotune_status status = check_operand_memory(driver, device, &operands[i], call->table->element_bytes);
+        if (status != AUTOTUNE_SUCCESS)
+            return status;
+    }
+    return AUTOTUNE_SUCCESS;
+}

@@ -1,0 +1,46 @@
+#include "dispatch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NEAR_HALF 1e-3 /* how close to a rounding boundary the fast rounding is not trusted */
+
+/* round(x, 9) * 1e9 as Python computes it: x's exact binary value rounded to 9 decimals (an exact
+   decimal tie cannot occur). x * 1e9 is rounded once, so its nearest integer is the right one unless
+   it lies within that rounding of a half; there the decimal expansion decides. */
+static double nanos(double x) {
+    double scaled = x * 1e9;
+    double nearest = nearbyint(scaled);
+    if (fabs(fabs(scaled - nearest) - 0.5) > NEAR_HALF)
+        return nearest;
+    char text[64];
+    snprintf(text, sizeof text, "%.9f", x);
+    double whole = 0.0;
+    for (const char* c = text; *c; ++c)
+        if (*c >= '0' && *c <= '9')
+            whole = whole * 10.0 + (*c - '0');
+    return whole;
+}
+
+/* The rule's distance to m x n x k, summed left to right as Python's sum() does. */
+static double distance(const autotune_rule* rule, int m, int n, int k) {
+    double total = fabs(log((double)rule->m) - log((double)m));
+    total += fabs(log((double)rule->n) - log((double)n));
+    total += fabs(log((double)rule->k) - log((double)k));
+    return total;
+}
+
+const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
+    const autotune_rule* best = NULL;
+    double best_nanos = 0.0;
+    for (int i = 0; i < table->rule_count; ++i) {
+        const autotune_rule* rule = &table->rules[i];
+        double key = nanos(distance(rule, m, n, k));
+        if (best == NULL || key < best_nanos || (key == best_nanos && rule->volume_rank > best->volume_rank)) {
+            best = rule;
+            best_nanos = key;
+        }
+    }
+    return best;
+}

@@ -1,0 +1,12 @@
+/* Which tuned shape's kernel a problem gets: the rule of autotune's selection table. */
+#ifndef AUTOTUNE_GEMM_DISPATCH_H
+#define AUTOTUNE_GEMM_DISPATCH_H
+
+#include "table.h"
+
+/* The rule of the tuned shape nearest to m x n x k: the least
+   |log m - log m'| + |log n - log n'| + |log k - log k'| rounded to 9 decimals, a tie going to the
+   larger tuned shape, then to the earlier rule. NULL where the dtype has no rules. */
+const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k);
+
+#endif

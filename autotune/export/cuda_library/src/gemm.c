@@ -1,0 +1,78 @@
+/* The public functions: check the call, pick the kernel of the nearest tuned shape, launch it. */
+#include <string.h>
+
+#include "autotune_gemm.h"
+#include "call.h"
+#include "context.h"
+#include "dispatch.h"
+#include "driver.h"
+#include "error.h"
+#include "table.h"
+
+/* The dtypes the library has kernels for, for messages: "f32 and f16", "f32", ... */
+static const char* available_dtypes(void) {
+    if (autotune_gemm_f32.rule_count && autotune_gemm_f16.rule_count)
+        return "f32 and f16";
+    return autotune_gemm_f32.rule_count ? "f32 only" : "f16 only";
+}
+
+static autotune_status gemm(const char* function, autotune_call call) {
+    autotune_gemm_clear_error();
+    if (call.table->rule_count == 0)
+        return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "%s: this library has no %s kernels (it has %s)",
+                                  function, call.table->dtype, available_dtypes());
+    autotune_status status = autotune_gemm_check_arguments(&call);
+    if (status != AUTOTUNE_SUCCESS)
+        return status;
+    const autotune_driver* driver = autotune_gemm_driver(&status);
+    if (driver == NULL)
+        return status;
+    autotune_context* context = autotune_gemm_context(driver, &status);
+    if (context == NULL)
+        return status;
+    if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
+        return status;
+    const autotune_rule* rule = autotune_gemm_pick(call.table, call.m, call.n, call.k);
+    CUfunction loaded = autotune_gemm_function(driver, context, rule->kernel, &status);
+    if (loaded == NULL)
+        return status;
+    return autotune_gemm_launch(driver, loaded, &autotune_gemm_kernels[rule->kernel], &call);
+}
+
+autotune_status autotune_sgemm(int m, int n, int k, float alpha, const float* A, const float* B, float beta,
+                               float* C, autotune_stream_t stream) {
+    autotune_call call = {&autotune_gemm_f32, m, n, k, alpha, beta, A, B, C, stream};
+    return gemm("autotune_sgemm", call);
+}
+
+autotune_status autotune_hgemm(int m, int n, int k, float alpha, const void* A, const void* B, float beta, void* C,
+                               autotune_stream_t stream) {
+    autotune_call call = {&autotune_gemm_f16, m, n, k, alpha, beta, A, B, C, stream};
+    return gemm("autotune_hgemm", call);
+}
+
+const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
+    autotune_gemm_clear_error();
+    const autotune_dtype_table* table = NULL;
+    if (dtype != NULL && (strcmp(dtype, "f32") == 0 || strcmp(dtype, "sgemm") == 0))
+        table = &autotune_gemm_f32;
+    else if (dtype != NULL && (strcmp(dtype, "f16") == 0 || strcmp(dtype, "hgemm") == 0))
+        table = &autotune_gemm_f16;
+    if (table == NULL) {
+        autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
+                           "dtype = %s%s%s: expected \"f32\", \"f16\", \"sgemm\" or \"hgemm\"", dtype ? "\"" : "",
+                           dtype ? dtype : "NULL", dtype ? "\"" : "");
+        return NULL;
+    }
+    if (table->rule_count == 0) {
+        autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "this library has no %s kernels (it has %s)", table->dtype,
+                           available_dtypes());
+        return NULL;
+    }
+    autotune_call call = {table, m, n, k, 1.0f, 0.0f, NULL, NULL, NULL, NULL};
+    if (autotune_gemm_check_sizes(&call) != AUTOTUNE_SUCCESS)
+        return NULL;
+    return autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)->kernel].name;
+}
+
+const char* autotune_arch(void) { return AUTOTUNE_GEMM_ARCH; }
