@@ -1,0 +1,450 @@
+"""The exported C library (``autotune export --format cuda``), built and called on a machine without a GPU.
+
+A small kernel table (seeds of sgemm and hgemm_wgmma, made-up rules, compiled
+for sm_90) is written out and built with CMake: static and installed for a C
+project that finds it with find_package, shared for ctypes. Launches go through
+a stand-in libcuda.so.1 (tests/data/fake_libcuda.c) that logs every driver
+call, so the launch path is checked against the Python launcher's contract.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import InputError
+from autotune.export.cuda import write_library
+from autotune.export.table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch, table_kernel
+from autotune.space import load_space
+from autotune.tensor_map import (_DATA_TYPES, _INTERLEAVE_NONE, _L2_PROMOTION_256B, _OOB_FILL_ZEROS, SWIZZLES,
+                                 TensorMapSpec, fits_tma)
+
+FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
+DEVICE0 = 0x7F0000000000  # fake_libcuda.c: device 0's memory
+DEVICE1 = 0x7E0000000000  # device 1's
+A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
+STREAM = 0x5000
+SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
+FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+ELEMENT_BYTES = {"f32": 4, "f16": 2}
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("cc") is None or shutil.which("c++") is None,
+    reason="needs cmake and a C and C++ compiler (cc, c++)")
+
+
+# -- the table and its builds -------------------------------------------------------------
+
+
+def _seed(family: str, **knobs: int) -> dict[str, int]:
+    """The first seed of ``family`` with these knob values."""
+    return next(s.as_dict() for s in load_space(family).seeds if all(s.as_dict()[k] == v for k, v in knobs.items()))
+
+
+def _rule(m: int, n: int, k: int, kernel) -> TableRule:
+    return TableRule(m, n, k, kernel=kernel.name, ms=1.0, cublas_ms=1.0, measured_on="NVIDIA H200")
+
+
+def _table(with_f16: bool = True) -> KernelTable:
+    gpu = spec_for_arch("sm_90", "h200")
+    s128 = table_kernel("sgemm", _seed("sgemm", BM=128, BN=128, BK=8, PREFETCH=0, CP_ASYNC=0), gpu)
+    s64 = table_kernel("sgemm", _seed("sgemm", BM=64, BN=64, TM=4), gpu)
+    s_opt_in = table_kernel("sgemm", _seed("sgemm", SMEM_OPT_IN=1), gpu)
+    f32 = DtypeTable((s128, s64, s_opt_in), (
+        _rule(1024, 1024, 1024, s128), _rule(4096, 4096, 4096, s_opt_in), _rule(2048, 1024, 1024, s64),
+        _rule(1024, 2048, 1024, s128), _rule(256, 256, 256, s64), _rule(16, 4096, 4096, s64)))
+    dtypes = {"f32": f32}
+    if with_f16:
+        plain = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu)
+        cluster = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=2), gpu)
+        tma = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=1, CLUSTER_M=1), gpu)
+        dtypes["f16"] = DtypeTable((plain, cluster, tma), (
+            _rule(1024, 1024, 1024, plain), _rule(4096, 4096, 4096, cluster), _rule(128, 14336, 4096, tma),
+            _rule(8192, 8192, 1024, plain)))
+    return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
+                       created_at="2026-12-01T00:00:00+00:00", source="tests").compiled()
+
+
+def _run(*command, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, f"{' '.join(map(str, command))} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def _cmake_build(source: Path, build: Path, *options: str) -> str:
+    """Configure and build; the configure output."""
+    configured = _run("cmake", "-S", source, "-B", build, *options)
+    _run("cmake", "--build", build, "-j2")
+    return configured.stdout
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_CACHE", str(tmp_path_factory.mktemp("cache")))
+        return _table(), _table(with_f16=False)
+
+
+@pytest.fixture(scope="module")
+def table(tables) -> KernelTable:
+    return tables[0]
+
+
+@pytest.fixture(scope="module")
+def shared_library(table, tmp_path_factory) -> Path:
+    """The full table's library, built shared with every warning an error."""
+    root = tmp_path_factory.mktemp("shared")
+    write_library(table, root / "lib")
+    _cmake_build(root / "lib", root / "build", "-DBUILD_SHARED_LIBS=ON", "-DAUTOTUNE_GEMM_BUILD_EXAMPLE=OFF",
+                 "-DCMAKE_C_FLAGS=-Wall -Wextra -Wpedantic -Werror")
+    return root / "build" / "libautotune_gemm.so"
+
+
+@pytest.fixture(scope="module")
+def library(shared_library):
+    lib = ctypes.CDLL(str(shared_library))
+    _declare(lib)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory) -> Path:
+    """A folder holding the stand-in libcuda.so.1."""
+    folder = tmp_path_factory.mktemp("fake_driver")
+    _run("cc", "-shared", "-fPIC", "-O1", "-o", folder / "libcuda.so.1", FAKE_DRIVER)
+    return folder
+
+
+def _declare(lib) -> None:
+    lib.autotune_kernel_for.restype = ctypes.c_char_p
+    lib.autotune_kernel_for.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.autotune_last_error.restype = ctypes.c_char_p
+    lib.autotune_status_string.restype = ctypes.c_char_p
+    lib.autotune_status_string.argtypes = [ctypes.c_int]
+    lib.autotune_arch.restype = ctypes.c_char_p
+    for name in FUNCTIONS.values():
+        getattr(lib, name).argtypes = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                                                            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+
+
+# -- building, installing, linking ------------------------------------------------------------
+
+
+def test_static_build_installs_and_a_c_project_links_it_with_find_package(tables, fake_driver, tmp_path):
+    """The default (static) build, installed; a C consumer finds it, links, and gets "unsupported" for the
+    dtype the table lacks; its sgemm goes through to the (stand-in) driver."""
+    write_library(tables[1], tmp_path / "lib")
+    configured = _cmake_build(tmp_path / "lib", tmp_path / "build")
+    assert (tmp_path / "build" / "libautotune_gemm.a").is_file()
+    if shutil.which("nvcc"):
+        assert "no CUDA toolkit found" not in configured
+    if "no CUDA toolkit found" not in configured:
+        assert (tmp_path / "build" / "autotune_gemm_example").is_file()
+    _run("cmake", "--install", tmp_path / "build", "--prefix", tmp_path / "prefix")
+    consumer = tmp_path / "consumer"
+    consumer.mkdir()
+    (consumer / "CMakeLists.txt").write_text(textwrap.dedent("""\
+        cmake_minimum_required(VERSION 3.18)
+        project(consumer C)
+        find_package(autotune_gemm CONFIG REQUIRED)
+        add_executable(consumer main.c)
+        target_link_libraries(consumer PRIVATE autotune::autotune_gemm)
+        """))
+    (consumer / "main.c").write_text(textwrap.dedent(f"""\
+        #include <stdio.h>
+        #include "autotune_gemm.h"
+        int main(void) {{
+            float* p = (float*)0x{A:x}ULL;
+            autotune_status status = autotune_hgemm(64, 64, 64, 1.0f, p, p, 0.0f, p, NULL);
+            printf("hgemm %d %s\\n", (int)status, autotune_last_error());
+            status = autotune_sgemm(64, 64, 64, 1.0f, p, p, 0.0f, p, NULL);
+            printf("sgemm %d %s\\n", (int)status, autotune_last_error());
+            printf("%s %d %d %s\\n", autotune_arch(), AUTOTUNE_GEMM_HAS_SGEMM, AUTOTUNE_GEMM_HAS_HGEMM,
+                   autotune_kernel_for("f32", 64, 64, 64));
+            return 0;
+        }}
+        """))
+    _cmake_build(consumer, tmp_path / "consumer_build", f"-DCMAKE_PREFIX_PATH={tmp_path / 'prefix'}")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver)}
+    lines = _run(tmp_path / "consumer_build" / "consumer", env=env).stdout.splitlines()
+    assert lines[0] == "hgemm 2 autotune_hgemm: this library has no f16 kernels (it has f32 only)"
+    assert lines[1] == "sgemm 0 "
+    rule = tables[1].dtypes["f32"].pick(64, 64, 64)
+    assert lines[2] == f"sm_90 1 0 {rule.kernel}"
+
+
+def test_library_files_and_header_name_the_table(table, tmp_path):
+    written = write_library(table, tmp_path)
+    names = {path.relative_to(tmp_path).as_posix() for path in written}
+    assert {"CMakeLists.txt", "README.md", "include/autotune_gemm.h", "src/table.c", "examples/example.cpp",
+            "cmake/autotune_gemmConfig.cmake.in"} <= names
+    assert not any(name.endswith(".j2") for name in names)
+    header = (tmp_path / "include" / "autotune_gemm.h").read_text()
+    assert '#define AUTOTUNE_GEMM_ARCH "sm_90"' in header and "#define AUTOTUNE_GEMM_HAS_HGEMM 1" in header
+    assert "#include <cuda" not in header
+    source = (tmp_path / "src" / "table.c").read_text()
+    for dtype in table.dtypes.values():
+        for kernel in dtype.kernels:
+            assert f"[{len(kernel.cubin)}] = {{" in source and f'"{kernel.launch.entry}"' in source
+
+
+# -- dispatch ---------------------------------------------------------------------------------------
+
+
+def _shapes() -> list[tuple[int, int, int]]:
+    rng = random.Random(7)
+    shapes = [(1, 1, 1), (2048, 2048, 2048), (1448, 1448, 1024), (1024, 1448, 1448), (1000, 1000, 1000),
+              (777, 1333, 555), (16, 4096, 4096), (128, 14336, 4096), (4096, 4096, 11008), (8192, 8192, 1024),
+              (2896, 2896, 2896), (65536, 1, 1), (512, 512, 512), (362, 362, 362), (2048, 2048, 1024)]
+    shapes += [tuple(int(2 ** rng.uniform(0, 15)) for _ in range(3)) for _ in range(300)]
+    return shapes
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
+    for m, n, k in _shapes():
+        picked = library.autotune_kernel_for(dtype.encode(), m, n, k)
+        assert picked is not None, library.autotune_last_error()
+        assert picked.decode() == table.dtypes[dtype].pick(m, n, k).kernel, (dtype, m, n, k)
+
+
+def test_ties_go_to_the_larger_tuned_shape_then_the_earlier_rule(library, table):
+    # 512^3 is as far from 256^3 as from 1024^3; 2048x2048x1024 as far from 2048x1024x1024 as from
+    # 1024x2048x1024, which have the same volume: the earlier rule wins.
+    f32 = table.dtypes["f32"]
+    assert (f32.pick(512, 512, 512).m, f32.rules[0].m) == (1024, 1024)
+    assert library.autotune_kernel_for(b"f32", 512, 512, 512).decode() == f32.rules[0].kernel
+    assert f32.rules[4].kernel != f32.rules[0].kernel  # 256^3 has another kernel
+    assert f32.pick(2048, 2048, 1024) is f32.rules[2]
+    assert library.autotune_kernel_for(b"sgemm", 2048, 2048, 1024).decode() == f32.rules[2].kernel
+    assert f32.rules[3].kernel != f32.rules[2].kernel
+
+
+def test_kernel_for_rejects_bad_dtypes_and_sizes(library):
+    assert library.autotune_kernel_for(b"f64", 8, 8, 8) is None
+    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "sgemm" or "hgemm"'
+    assert library.autotune_kernel_for(None, 8, 8, 8) is None
+    assert library.autotune_last_error().startswith(b"dtype = NULL")
+    assert library.autotune_kernel_for(b"f16", 8, 0, 8) is None
+    assert library.autotune_last_error() == b"n = 0: expected n >= 1"
+    assert library.autotune_arch() == b"sm_90"
+
+
+# -- argument checks (before any driver call) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("call, status, message", [
+    ((0, 8, 8, A, B, C), INVALID_VALUE, "m = 0: expected m >= 1"),
+    ((8, 8, -3, A, B, C), INVALID_VALUE, "k = -3: expected k >= 1"),
+    ((8, 8, 8, A, None, C), INVALID_VALUE, "B = NULL: expected a device pointer"),
+    ((8, 8, 8, A, B, None), INVALID_VALUE, "C = NULL: expected a device pointer"),
+    ((50000, 50000, 16, A, B, C), UNSUPPORTED,
+     "C is m x n = 50000 x 50000 = 2500000000 elements: expected at most 2147483647 (the kernels index with int32)"),
+    ((16, 8, 2**30, A, B, C), UNSUPPORTED, "A is m x k = 16 x 1073741824 = 17179869184 elements"),
+    ((8, 8, 8, A + 4, B, C), UNSUPPORTED,
+     f"A = {A + 4:#x}: expected a 16-byte aligned address (the tuned kernels need one)"),
+])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_bad_arguments_get_their_status_and_one_line(library, dtype, call, status, message):
+    m, n, k, a, b, c = call
+    assert getattr(library, FUNCTIONS[dtype])(m, n, k, 1.0, a, b, 0.0, c, None) == status
+    assert library.autotune_last_error().decode().startswith(message)
+    assert "\n" not in library.autotune_last_error().decode()
+
+
+def test_without_a_driver_a_call_says_so(library):
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver")
+    assert library.autotune_sgemm(64, 64, 64, 1.0, A, B, 0.0, C, None) == NO_DRIVER
+    message = library.autotune_last_error().decode()
+    assert message.startswith("libcuda.so.1 cannot be loaded (") and message.endswith("no NVIDIA driver on this machine")
+    assert "\n" not in message
+    assert library.autotune_status_string(NO_DRIVER) == b"no CUDA driver"
+    assert library.autotune_kernel_for(b"f32", 64, 64, 64) is not None
+    assert library.autotune_last_error() == b""  # each call starts afresh
+    assert library.autotune_status_string(42) == b"unknown status"
+
+
+# -- launches through the stand-in driver ----------------------------------------------------------
+
+_CALLER = textwrap.dedent("""\
+    import ctypes, json, sys
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.autotune_last_error.restype = ctypes.c_char_p
+    arguments = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                      ctypes.c_void_p, ctypes.c_void_p]
+    results = []
+    for i, (function, *call) in enumerate(json.loads(sys.argv[2])):
+        with open(sys.argv[3], "a") as log:
+            log.write(f"call {i}\\n")
+        getattr(lib, function).argtypes = arguments
+        results.append([getattr(lib, function)(*call), lib.autotune_last_error().decode()])
+    print(json.dumps(results))
+    """)
+
+
+def _through_fake_driver(shared_library, fake_driver, tmp_path, calls, **env):
+    """``(results, driver calls per call)``: each call's status and message, and the lines the stand-in
+    driver logged during it."""
+    log = tmp_path / "driver.log"
+    log.unlink(missing_ok=True)
+    environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **env}
+    result = _run(sys.executable, "-c", _CALLER, shared_library, json.dumps(calls), log, env=environment)
+    per_call: list[list[str]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("call "):
+            per_call.append([])
+        elif per_call:
+            per_call[-1].append(line)
+    return json.loads(result.stdout), per_call
+
+
+def _expected_launch(table, dtype, m, n, k, alpha, beta) -> tuple[list[str], str]:
+    """The encodes and the launch line the Python launcher's contract asks for."""
+    kernel = table.dtypes[dtype].kernel(table.dtypes[dtype].pick(m, n, k).kernel)
+    launch, size = kernel.launch, ELEMENT_BYTES[dtype]
+    encodes, maps = [], []
+    for spec in launch.tensor_maps:
+        pointer = {"A": A, "B": B, "C": C}[spec.operand]
+        rows, columns = spec.shape(m, n, k)
+        if not fits_tma(pointer, columns, size):
+            maps.append(" zeros")
+            continue
+        encodes.append(f"cuTensorMapEncodeTiled type {_DATA_TYPES[size]} address {pointer} dims {columns} {rows} "
+                       f"stride {columns * size} box {spec.box[0]} {spec.box[1]} element_strides 1 1 "
+                       f"interleave {_INTERLEAVE_NONE} swizzle {SWIZZLES[spec.swizzle]} l2 {_L2_PROMOTION_256B} "
+                       f"oob {_OOB_FILL_ZEROS}")
+        maps.append(f" map:{pointer}:{columns}:{rows}:{spec.box[0]}:{spec.box[1]}:{SWIZZLES[spec.swizzle]}")
+    grid = " ".join(map(str, launch.grid_for(m, n, k)))
+    line = (f"cuLaunchKernel {launch.entry} grid {grid} block {' '.join(map(str, launch.block))} "
+            f"shared {launch.dynamic_smem} stream {STREAM} extra 0 args {A} {B} {C} {m} {n} {k} "
+            f"{alpha:.9g} {beta:.9g} maps{''.join(maps)}")
+    return encodes, line
+
+
+LAUNCHES = [("f32", 1000, 1000, 1000, 1.0, 0.0), ("f32", 4096, 4096, 4096, 1.0, 0.5),
+            ("f32", 777, 1333, 555, -2.25, 0.5), ("f32", 1000, 1000, 1000, 1.0, 0.5),
+            ("f16", 4096, 4096, 4096, 1.0, 0.0), ("f16", 4096, 4100, 4096, 1.0, 0.0),
+            ("f16", 4000, 4096, 4100, 0.5, 1.0), ("f16", 130, 14336, 4096, 1.0, 0.0),
+            ("f16", 777, 1333, 555, 1.0, 0.5), ("f16", 4096, 4096, 4096, 1.0, 0.0)]
+
+
+def test_launches_follow_the_launch_contract_and_encode_maps_as_tensor_map_py(
+        shared_library, fake_driver, table, tmp_path):
+    calls = [[FUNCTIONS[d], m, n, k, alpha, A, B, beta, C, STREAM] for d, m, n, k, alpha, beta in LAUNCHES]
+    results, driver_calls = _through_fake_driver(shared_library, fake_driver, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * len(LAUNCHES)
+    loaded: set[str] = set()
+    kinds = {spec.operand for d in table.dtypes.values() for kern in d.kernels for spec in kern.launch.tensor_maps}
+    assert kinds == {"A", "B", "C"}  # the table has TMA kernels
+    for (dtype, m, n, k, alpha, beta), lines in zip(LAUNCHES, driver_calls):
+        kernel = table.dtypes[dtype].kernel(table.dtypes[dtype].pick(m, n, k).kernel)
+        setup = [line for line in lines if line.split()[0] in ("cuModuleLoadData", "cuModuleGetFunction",
+                                                                "cuFuncSetAttribute")]
+        if kernel.name in loaded:
+            assert setup == []  # loaded once per context
+        else:
+            opt_in = [f"cuFuncSetAttribute {kernel.launch.entry} 8 {kernel.launch.dynamic_smem}"]
+            assert setup == ["cuModuleLoadData", f"cuModuleGetFunction {kernel.launch.entry}",
+                             *(opt_in if kernel.launch.opt_in else [])]
+            loaded.add(kernel.name)
+        encodes, launch = _expected_launch(table, dtype, m, n, k, alpha, beta)
+        assert [line for line in lines if line.startswith("cuTensorMapEncodeTiled")] == encodes
+        assert [line for line in lines if line.startswith("cuLaunchKernel")] == [launch]
+    zeros = [line for line in sum(driver_calls, []) if line.startswith("cuLaunchKernel") and " zeros" in line]
+    assert zeros  # an operand with rows that are not a multiple of 16 bytes gets a zero map
+
+
+def test_the_device_is_checked_once_per_context(shared_library, fake_driver, tmp_path):
+    calls = [["autotune_sgemm", 64, 64, 64, 1.0, A, B, 0.0, C, None]] * 3
+    results, driver_calls = _through_fake_driver(shared_library, fake_driver, tmp_path, calls)
+    assert [status for status, _ in results] == [SUCCESS] * 3
+    capability = [[line for line in lines if line.startswith("cuDeviceGetAttribute")] for lines in driver_calls]
+    assert capability == [["cuDeviceGetAttribute 75 device 0", "cuDeviceGetAttribute 76 device 0"], [], []]
+
+
+@pytest.mark.parametrize("env, call, status, message", [
+    ({"FAKE_CUDA_CC": "80"}, (64, 64, 64, A, B, C), WRONG_ARCH, "library built for sm_90, device 0 is sm_80"),
+    ({"FAKE_CUDA_NO_CONTEXT": "1"}, (64, 64, 64, A, B, C), NO_CONTEXT, "no current CUDA context on this thread"),
+    ({}, (64, 64, 64, 0x10000, B, C), INVALID_VALUE,
+     "A = 0x10000: expected device memory (cuPointerGetAttribute(DEVICE_ORDINAL): CUDA_ERROR_INVALID_VALUE 1"),
+    ({}, (64, 64, 64, A, DEVICE1 + 0x100, C), INVALID_VALUE,
+     f"B = {DEVICE1 + 0x100:#x}: memory of device 1, expected memory of device 0"),
+    ({"FAKE_CUDA_ALLOCATION_BYTES": str(0x80000000 + 4 * 1000 * 999)}, (1000, 1000, 1000, A, B, C), INVALID_VALUE,
+     f"C = {C:#x}: expected room for m x n = 1000 x 1000 elements (4000000 bytes), its allocation holds 3996000"),
+    ({}, (2**31 - 1, 1, 1, A, B, C), UNSUPPORTED, "grid 1 x 33554432 x 1 of sgemm_bm64_bn64_"),
+    ({"FAKE_CUDA_LAUNCH_ERROR": "1"}, (64, 64, 64, A, B, C), CUDA_ERROR, "cuLaunchKernel of sgemm_"),
+])
+def test_what_the_driver_says_gets_its_status_and_one_line(shared_library, fake_driver, tmp_path, env, call,
+                                                           status, message):
+    m, n, k, a, b, c = call
+    results, driver_calls = _through_fake_driver(shared_library, fake_driver, tmp_path,
+                                                 [["autotune_sgemm", m, n, k, 1.0, a, b, 0.0, c, None]], **env)
+    assert results[0][0] == status and results[0][1].startswith(message), results
+    assert "\n" not in results[0][1]
+    if status != CUDA_ERROR:
+        assert not any(line.startswith("cuLaunchKernel") for line in driver_calls[0])
+
+
+def test_calls_from_many_threads_load_each_kernel_once_and_keep_their_own_messages(
+        shared_library, fake_driver, tmp_path):
+    script = textwrap.dedent(f"""\
+        import ctypes, sys, threading
+        lib = ctypes.CDLL(sys.argv[1])
+        lib.autotune_last_error.restype = ctypes.c_char_p
+        lib.autotune_sgemm.argtypes = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                                                            ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+        bad = []
+        def work(i):
+            for j in range(40):
+                m = 0 if i % 2 else 64 + j
+                status = lib.autotune_sgemm(m, 64, 64, 1.0, {A}, {B}, 0.0, {C}, None)
+                message = lib.autotune_last_error().decode()
+                if (status, message) != ((1, "m = 0: expected m >= 1") if i % 2 else (0, "")):
+                    bad.append((i, j, status, message))
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(bad)
+        """)
+    log = tmp_path / "driver.log"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log)}
+    assert _run(sys.executable, "-c", script, shared_library, env=env).stdout.strip() == "[]"
+    lines = log.read_text().splitlines()
+    loads = [line for line in lines if line.startswith("cuModuleGetFunction")]
+    assert len(loads) == len(set(loads)) >= 1
+    assert sum(line.startswith("cuLaunchKernel") for line in lines) == 4 * 40
+
+
+# -- what write_library refuses -----------------------------------------------------------------------
+
+
+def test_write_library_refuses_a_file_as_out_and_a_table_without_shapes(table, tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match="a directory"):
+        write_library(table, tmp_path / "file")
+    empty = KernelTable(arch="sm_90", gpu="h200", measured_on=(), dtypes={"f32": DtypeTable((), ())})
+    with pytest.raises(TableError, match="no tuned shapes"):
+        write_library(empty, tmp_path / "out")
+
+
+def test_write_library_refuses_a_kernel_whose_cubin_takes_other_parameters(table, tmp_path):
+    import dataclasses
+
+    f32 = table.dtypes["f32"]
+    kernel = f32.kernels[0]
+    extra = dataclasses.replace(kernel.launch, tensor_maps=(TensorMapSpec("map_a", "A", (8, 8), 0),))
+    broken = dataclasses.replace(kernel, launch=extra)
+    bad = dataclasses.replace(table, dtypes={"f32": DtypeTable((broken,), (_rule(64, 64, 64, broken),))})
+    with pytest.raises(TableError, match="takes parameters of"):
+        write_library(bad, tmp_path)
