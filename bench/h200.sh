@@ -12,6 +12,9 @@
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
 #                                       bench/runtime_check.py with it: 20 shapes per dtype against cuBLAS
+#   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
+#                                       CUDALIB_DIR, default $OUT/cudalib, unless it holds one), build it with
+#                                       CMake, run its example and bench/export_check.cpp against cuBLAS
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -70,13 +73,34 @@ while [ $# -gt 0 ]; do
         python3 -m autotune export --gpu h200 --shipped --format python --out "$OUT/export" 2>&1 | tee "$OUT/runtime.log" || status=1
         python3 bench/runtime_check.py --table "$OUT/export/autotune_kernels_h200.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
         ;;
+    cudalib)
+        library=${CUDALIB_DIR:-$OUT/cudalib}
+        if [ ! -f "$library/CMakeLists.txt" ]; then
+            python3 -m autotune export --gpu h200 --dtype f32,f16 --shipped --format cuda --out "$library" 2>&1 | tee "$OUT/cudalib_export.log" || status=1
+        fi
+        cublas=(-lcublas)  # the toolkit's, else the nvidia-cublas wheel's
+        if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
+            wheel=$(python3 -c 'import importlib.util; print(list(importlib.util.find_spec("nvidia.cu13").submodule_search_locations)[0])')
+            cublas=(-I"$wheel/include" -L"$wheel/lib" -l:libcublas.so.13 -Xlinker -rpath -Xlinker "$wheel/lib")
+        fi
+        {
+            cmake -S "$library" -B "$OUT/cudalib_build" -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build "$OUT/cudalib_build" -j 8 &&
+            nvcc -O2 -std=c++17 -x cu -arch=sm_90 bench/export_check.cpp -I"$library/include" "${cublas[@]}" \
+                -L"$OUT/cudalib_build" -lautotune_gemm -ldl -lpthread -o "$OUT/export_check"
+        } > "$OUT/cudalib_build.log" 2>&1 || { tail -20 "$OUT/cudalib_build.log"; status=1; continue; }
+        if [ -x "$OUT/cudalib_build/autotune_gemm_example" ]; then
+            "$OUT/cudalib_build/autotune_gemm_example" 2>&1 | tee "$OUT/cudalib_example.log" || status=1
+        fi
+        "$OUT/export_check" "$OUT/export_check.csv" 2>&1 | tee "$OUT/export_check.log" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import json
 import os
 import random
@@ -30,6 +31,7 @@ from autotune.tensor_map import (_DATA_TYPES, _INTERLEAVE_NONE, _L2_PROMOTION_25
                                  TensorMapSpec, fits_tma)
 
 FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
+EXPORT_CHECK = Path(__file__).parent.parent / "bench" / "export_check.cpp"
 DEVICE0 = 0x7F0000000000  # fake_libcuda.c: device 0's memory
 DEVICE1 = 0x7E0000000000  # device 1's
 A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
@@ -448,3 +450,26 @@ def test_write_library_refuses_a_kernel_whose_cubin_takes_other_parameters(table
     bad = dataclasses.replace(table, dtypes={"f32": DtypeTable((broken,), (_rule(64, 64, 64, broken),))})
     with pytest.raises(TableError, match="takes parameters of"):
         write_library(bad, tmp_path)
+
+
+def _cublas_flags() -> list[str] | None:
+    """nvcc flags for cuBLAS: the toolkit's, else the nvidia-cublas wheel's; None where neither is there."""
+    toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if (toolkit / "include" / "cublas_v2.h").is_file():
+        return ["-lcublas"]
+    spec = importlib.util.find_spec("nvidia.cu13") if importlib.util.find_spec("nvidia") else None
+    for root in map(Path, spec.submodule_search_locations if spec else []):
+        if (root / "include" / "cublas_v2.h").is_file():
+            return [f"-I{root / 'include'}", f"-L{root / 'lib'}", "-l:libcublas.so.13"]
+    return None
+
+
+def test_the_gpu_check_program_compiles_against_the_library(request, tmp_path):
+    flags = _cublas_flags()
+    if shutil.which("nvcc") is None or flags is None:
+        pytest.skip("needs nvcc and the cuBLAS headers (CUDA toolkit or the nvidia-cublas wheel)")
+    shared_library = request.getfixturevalue("shared_library")
+    lib = shared_library.parent.parent / "lib"
+    _run("nvcc", "-O2", "-std=c++17", "-x", "cu", "-arch=sm_90", EXPORT_CHECK, f"-I{lib / 'include'}", *flags,
+         f"-L{shared_library.parent}", "-lautotune_gemm", "-ldl", "-lpthread", "-o", tmp_path / "export_check")
+    assert (tmp_path / "export_check").is_file()

@@ -1,0 +1,334 @@
+// The exported C library (autotune export --format cuda) checked against cuBLAS on the GPU.
+//
+//   export_check OUT.csv [f32|f16|all]
+//
+// For 20 shapes per dtype (square, odd, tall, wide, long K, LLM-like): random normal A, B and C drawn
+// fresh per shape; the library's GEMM with beta 0 on a NaN-poisoned C and with beta 0.5 on a random C,
+// every element compared with cublasGemmEx in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the same inputs
+// widened to fp32, within autotune/measure.py's error_bound (tol 2: 2 K 2^-23 (|alpha| |A||B| + |beta C|),
+// plus 2 2^-11 (|ref| + |beta C|) + 2 2^-24 for fp16 output). Then both are timed like
+// measure.time_launches: the L2 flushed by a memset before each start event (it keeps the GPU busy
+// while the host submits the launch), CUDA events around each launch, the median of 30. The timed
+// launches are checked again, and cuBLAS against the same bound. One line per shape, a CSV row per
+// shape; the exit code is 1 if any check failed.
+//
+// Build (bench/h200.sh cudalib): nvcc -x cu -arch=sm_90 ... -lautotune_gemm -lcublas -ldl -lpthread
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "autotune_gemm.h"
+
+namespace {
+
+struct Shape {
+    int m, n, k;
+    const char* kind;
+};
+
+const Shape SHAPES[] = {
+    {256, 256, 256, "square"},       {1024, 1024, 1024, "square"},   {2048, 2048, 2048, "square"},
+    {4096, 4096, 4096, "square"},    {8192, 8192, 8192, "square"},   {1000, 1000, 1000, "odd"},
+    {777, 1333, 555, "odd"},         {1023, 1025, 1027, "odd"},      {33, 65, 129, "odd"},
+    {8192, 256, 1024, "tall"},       {16384, 512, 512, "tall"},      {256, 8192, 1024, "wide"},
+    {512, 16384, 512, "wide"},       {256, 256, 16384, "long-K"},    {1024, 1024, 8192, "long-K"},
+    {16, 4096, 4096, "llm"},         {128, 14336, 4096, "llm"},      {4096, 4096, 11008, "llm"},
+    {8192, 8192, 1024, "llm"},       {1, 4096, 4096, "llm"},
+};
+
+constexpr int WARMUP = 5;
+constexpr int REPEATS = 30;
+constexpr float TOL = 2.0f;                 // measure.DEFAULT_TOL_FACTOR
+constexpr size_t MIN_FLUSH_BYTES = 256u << 20;  // measure.MIN_FLUSH_BYTES
+constexpr int THREADS = 256;
+constexpr int BLOCKS = 2048;
+
+void check_cuda(cudaError_t error, const char* what) {
+    if (error != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s (%s)\n", what, cudaGetErrorString(error), cudaGetErrorName(error));
+        std::exit(1);
+    }
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "%s: cuBLAS status %d\n", what, int(status));
+        std::exit(1);
+    }
+}
+
+// -- device helpers --------------------------------------------------------------------------------
+
+__device__ unsigned long long mix(unsigned long long x) {  // splitmix64
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+__device__ float to_float(float x) { return x; }
+__device__ float to_float(__half x) { return __half2float(x); }
+template <typename T> __device__ T from_float(float x);
+template <> __device__ float from_float<float>(float x) { return x; }
+template <> __device__ __half from_float<__half>(float x) { return __float2half(x); }
+
+// Standard normal values (Box-Muller on a counter-based hash of seed and index), stored as T.
+template <typename T> __global__ void fill_normal(T* out, size_t count, unsigned long long seed) {
+    const unsigned long long key = mix(seed);
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+        unsigned long long bits = mix(key ^ i);
+        float u1 = float((bits >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+        float u2 = float(bits & 0xFFFFFF) * (1.0f / 16777216.0f);
+        out[i] = from_float<T>(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
+    }
+}
+
+// out = in as fp32, or its absolute value times `scale`.
+template <typename T> __global__ void widen(const T* in, float* out, size_t count, bool absolute, float scale) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+        float x = to_float(in[i]);
+        out[i] = absolute ? fabsf(x) * scale : x;
+    }
+}
+
+// The largest |out - ref| / bound (inf for NaN or inf), as the bits of a non-negative float.
+template <typename T>
+__global__ void worst_ratio(const T* out, const float* ref, const float* scale, const float* c, float beta, int k,
+                            bool half_output, size_t count, unsigned int* worst) {
+    unsigned int mine = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+        float bound = TOL * float(k) * 0x1p-23f * scale[i];
+        if (half_output) bound += TOL * 0x1p-11f * (fabsf(ref[i]) + fabsf(beta * c[i])) + TOL * 0x1p-24f;
+        bound += 1e-30f;
+        float ratio = fabsf(to_float(out[i]) - ref[i]) / bound;
+        if (!(ratio <= FLT_MAX)) ratio = INFINITY;
+        mine = max(mine, __float_as_uint(ratio));
+    }
+    mine = __reduce_max_sync(0xFFFFFFFFu, mine);
+    if (threadIdx.x % 32 == 0) atomicMax(worst, mine);
+}
+
+// -- host --------------------------------------------------------------------------------------------
+
+template <typename T> struct Dtype;
+template <> struct Dtype<float> {
+    static constexpr const char* name = "f32";
+    static constexpr cudaDataType_t cuda = CUDA_R_32F;
+    static autotune_status gemm(int m, int n, int k, float alpha, const float* a, const float* b, float beta,
+                                float* c, cudaStream_t stream) {
+        return autotune_sgemm(m, n, k, alpha, a, b, beta, c, stream);
+    }
+};
+template <> struct Dtype<__half> {
+    static constexpr const char* name = "f16";
+    static constexpr cudaDataType_t cuda = CUDA_R_16F;
+    static autotune_status gemm(int m, int n, int k, float alpha, const __half* a, const __half* b, float beta,
+                                __half* c, cudaStream_t stream) {
+        return autotune_hgemm(m, n, k, alpha, a, b, beta, c, stream);
+    }
+};
+
+// Row-major C = alpha A B + beta C as cuBLAS's column-major C^T = B^T A^T: operands swapped.
+void cublas_gemm(cublasHandle_t handle, int m, int n, int k, float alpha, const void* a, const void* b, float beta,
+                 void* c, cudaDataType_t type) {
+    check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, b, type, n, a, type, k, &beta, c,
+                              type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+}
+
+template <typename T> T* device_array(size_t count) {
+    T* pointer = nullptr;
+    check_cuda(cudaMalloc(&pointer, count * sizeof(T)), "cudaMalloc");
+    return pointer;
+}
+
+struct Result {
+    std::string kernel, message;
+    double error_beta0 = 0, error_beta05 = 0, error_timed = 0, error_cublas = 0, ms = 0, cublas_ms = 0;
+    bool ok = true;
+};
+
+struct Checker {
+    cudaStream_t stream;
+    cublasHandle_t handle;
+    void* flush;
+    size_t flush_bytes;
+    unsigned int* worst;
+
+    float worst_of(const void* out, const float* ref, const float* scale, const float* c, float beta, int k,
+                   bool half_output, size_t count) {
+        check_cuda(cudaMemsetAsync(worst, 0, sizeof(unsigned int), stream), "cudaMemsetAsync");
+        if (half_output)
+            worst_ratio<<<BLOCKS, THREADS, 0, stream>>>(static_cast<const __half*>(out), ref, scale, c, beta, k, true,
+                                                        count, worst);
+        else
+            worst_ratio<<<BLOCKS, THREADS, 0, stream>>>(static_cast<const float*>(out), ref, scale, c, beta, k, false,
+                                                        count, worst);
+        unsigned int bits = 0;
+        check_cuda(cudaMemcpyAsync(&bits, worst, sizeof bits, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+        check_cuda(cudaStreamSynchronize(stream), "the error check");
+        float ratio;
+        std::memcpy(&ratio, &bits, sizeof ratio);
+        return ratio;
+    }
+
+    // Median ms of REPEATS launches, each after an L2 flush; launch() returns false on failure.
+    template <typename Launch> double time(Launch launch, bool* ok) {
+        for (int i = 0; i < WARMUP; ++i) *ok &= launch();
+        std::vector<cudaEvent_t> events(2 * REPEATS);
+        for (cudaEvent_t& event : events) check_cuda(cudaEventCreate(&event), "cudaEventCreate");
+        for (int r = 0; r < REPEATS; ++r) {
+            check_cuda(cudaMemsetAsync(flush, 0, flush_bytes, stream), "the L2 flush");
+            check_cuda(cudaEventRecord(events[2 * r], stream), "cudaEventRecord");
+            *ok &= launch();
+            check_cuda(cudaEventRecord(events[2 * r + 1], stream), "cudaEventRecord");
+        }
+        check_cuda(cudaStreamSynchronize(stream), "the timed launches");
+        std::vector<float> ms(REPEATS);
+        for (int r = 0; r < REPEATS; ++r) check_cuda(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]), "elapsed");
+        for (cudaEvent_t event : events) cudaEventDestroy(event);
+        std::sort(ms.begin(), ms.end());
+        return 0.5 * (ms[(REPEATS - 1) / 2] + ms[REPEATS / 2]);
+    }
+
+    template <typename T> Result run(const Shape& shape, unsigned long long seed) {
+        const int m = shape.m, n = shape.n, k = shape.k;
+        const size_t size_a = size_t(m) * k, size_b = size_t(k) * n, size_c = size_t(m) * n;
+        const bool half_output = sizeof(T) == 2;
+        Result result;
+        const char* kernel = autotune_kernel_for(Dtype<T>::name, m, n, k);
+        result.kernel = kernel ? kernel : "-";
+        T *a = device_array<T>(size_a), *b = device_array<T>(size_b), *c = device_array<T>(size_c);
+        T* out = device_array<T>(size_c);
+        float *a32 = device_array<float>(size_a), *b32 = device_array<float>(size_b), *c32 = device_array<float>(size_c);
+        float *abs_a = device_array<float>(size_a), *abs_b = device_array<float>(size_b);
+        float *ref = device_array<float>(size_c), *scale = device_array<float>(size_c);
+        fill_normal<<<BLOCKS, THREADS, 0, stream>>>(a, size_a, seed);
+        fill_normal<<<BLOCKS, THREADS, 0, stream>>>(b, size_b, seed + 1);
+        fill_normal<<<BLOCKS, THREADS, 0, stream>>>(c, size_c, seed + 2);
+        widen<<<BLOCKS, THREADS, 0, stream>>>(a, a32, size_a, false, 1.0f);
+        widen<<<BLOCKS, THREADS, 0, stream>>>(b, b32, size_b, false, 1.0f);
+        widen<<<BLOCKS, THREADS, 0, stream>>>(c, c32, size_c, false, 1.0f);
+        widen<<<BLOCKS, THREADS, 0, stream>>>(a, abs_a, size_a, true, 1.0f);
+        widen<<<BLOCKS, THREADS, 0, stream>>>(b, abs_b, size_b, true, 1.0f);
+        check_cuda(cudaGetLastError(), "the operand kernels");
+        const float alpha = 1.0f;
+        // beta 0.5 first, then beta 0: ref and scale stay those of beta 0 for the timed launches.
+        for (float beta : {0.5f, 0.0f}) {
+            check_cuda(cudaMemcpyAsync(ref, c32, size_c * sizeof(float), cudaMemcpyDeviceToDevice, stream), "copy C");
+            cublas_gemm(handle, m, n, k, alpha, a32, b32, beta, ref, CUDA_R_32F);
+            widen<<<BLOCKS, THREADS, 0, stream>>>(c, scale, size_c, true, std::fabs(beta));  // |beta C|
+            cublas_gemm(handle, m, n, k, std::fabs(alpha), abs_a, abs_b, 1.0f, scale, CUDA_R_32F);
+            if (beta == 0.0f)
+                check_cuda(cudaMemsetAsync(out, 0xFF, size_c * sizeof(T), stream), "NaN poison");  // NaN in f32 and f16
+            else
+                check_cuda(cudaMemcpyAsync(out, c, size_c * sizeof(T), cudaMemcpyDeviceToDevice, stream), "copy C");
+            autotune_status status = Dtype<T>::gemm(m, n, k, alpha, a, b, beta, out, stream);
+            if (status != AUTOTUNE_SUCCESS) {
+                result.ok = false;
+                result.message = std::string(autotune_status_string(status)) + ": " + autotune_last_error();
+                break;
+            }
+            check_cuda(cudaStreamSynchronize(stream), "the library's GEMM");
+            double error = worst_of(out, ref, scale, c32, beta, k, half_output, size_c);
+            (beta == 0.0f ? result.error_beta0 : result.error_beta05) = error;
+            result.ok &= error <= 1.0;
+        }
+        if (result.message.empty()) {
+            bool launched = true;
+            result.ms = time([&] { return Dtype<T>::gemm(m, n, k, alpha, a, b, 0.0f, out, stream) == AUTOTUNE_SUCCESS; },
+                             &launched);
+            result.error_timed = worst_of(out, ref, scale, c32, 0.0f, k, half_output, size_c);
+            result.cublas_ms = time(
+                [&] {
+                    float beta = 0.0f;
+                    cublas_gemm(handle, m, n, k, alpha, a, b, beta, out, Dtype<T>::cuda);
+                    return true;
+                },
+                &launched);
+            result.error_cublas = worst_of(out, ref, scale, c32, 0.0f, k, half_output, size_c);
+            result.ok &= launched && result.error_timed <= 1.0 && result.error_cublas <= 1.0;
+            if (!launched) result.message = std::string("a timed launch failed: ") + autotune_last_error();
+            else if (result.error_cublas > 1.0) result.message = "cuBLAS misses the bound: the bound is too tight";
+        }
+        for (void* pointer : {(void*)a, (void*)b, (void*)c, (void*)out, (void*)a32, (void*)b32, (void*)c32,
+                              (void*)abs_a, (void*)abs_b, (void*)ref, (void*)scale})
+            check_cuda(cudaFree(pointer), "cudaFree");
+        return result;
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || argc > 3 || (argc == 3 && std::strcmp(argv[2], "f32") && std::strcmp(argv[2], "f16") &&
+                                 std::strcmp(argv[2], "all"))) {
+        std::fprintf(stderr, "usage: %s OUT.csv [f32|f16|all]\n", argv[0]);
+        return 2;
+    }
+    const std::string which = argc == 3 ? argv[2] : "all";
+    FILE* csv = std::fopen(argv[1], "w");
+    if (csv == nullptr) {
+        std::fprintf(stderr, "cannot write %s: %s\n", argv[1], std::strerror(errno));
+        return 2;
+    }
+    check_cuda(cudaSetDevice(0), "cudaSetDevice");
+    check_cuda(cudaFree(nullptr), "the CUDA context");
+    cudaDeviceProp properties;
+    check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+    Checker checker{};
+    check_cuda(cudaStreamCreateWithFlags(&checker.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cublas(cublasCreate(&checker.handle), "cublasCreate");
+    check_cublas(cublasSetStream(checker.handle, checker.stream), "cublasSetStream");
+    checker.flush_bytes = std::max(size_t(2) * size_t(properties.l2CacheSize), MIN_FLUSH_BYTES);
+    check_cuda(cudaMalloc(&checker.flush, checker.flush_bytes), "cudaMalloc (flush)");
+    check_cuda(cudaMalloc(&checker.worst, sizeof(unsigned int)), "cudaMalloc");
+    std::printf("%s (sm_%d%d), library built for %s; median of %d launches after an L2 flush; err: the worst\n"
+                "|C - reference| / bound of beta 0, beta 0.5 and the timed launches; ratio: cuBLAS ms / library ms\n",
+                properties.name, properties.major, properties.minor, autotune_arch(), REPEATS);
+    std::fprintf(csv, "dtype,m,n,k,kind,kernel,max_error_over_bound,error_beta0,error_beta05,error_timed,"
+                      "cublas_error,ms,cublas_ms,ratio_to_cublas,ok,message\n");
+    int failed = 0, checked = 0;
+    for (const char* dtype : {"f32", "f16"}) {
+        if (which != "all" && which != dtype) continue;
+        bool present = std::strcmp(dtype, "f32") == 0 ? AUTOTUNE_GEMM_HAS_SGEMM : AUTOTUNE_GEMM_HAS_HGEMM;
+        if (!present) {
+            std::printf("%s: the library has no %s kernels\n", dtype, dtype);
+            failed += which != "all";
+            continue;
+        }
+        for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; ++i) {
+            const Shape& shape = SHAPES[i];
+            unsigned long long seed = 1000ull * i + (dtype[1] == '1' ? 500 : 0);
+            Result r = std::strcmp(dtype, "f32") == 0 ? checker.run<float>(shape, seed)
+                                                      : checker.run<__half>(shape, seed);
+            double worst = std::max({r.error_beta0, r.error_beta05, r.error_timed});
+            double ratio = r.ms > 0 ? r.cublas_ms / r.ms : 0.0;
+            std::printf("%s %5dx%5dx%5d %-6s %-40.120s err %.3g  %.4f ms  cuBLAS %.4f ms  %.3fx  %s%s%s\n", dtype,
+                        shape.m, shape.n, shape.k, shape.kind, r.kernel.c_str(), worst, r.ms, r.cublas_ms, ratio,
+                        r.ok ? "ok" : "FAILED", r.message.empty() ? "" : ": ", r.message.c_str());
+            std::string message = r.message;
+            std::replace(message.begin(), message.end(), ',', ';');
+            std::fprintf(csv, "%s,%d,%d,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%.6f,%.6f,%.4f,%d,%s\n", dtype, shape.m,
+                         shape.n, shape.k, shape.kind, r.kernel.c_str(), worst, r.error_beta0, r.error_beta05,
+                         r.error_timed, r.error_cublas, r.ms, r.cublas_ms, ratio, int(r.ok), message.c_str());
+            std::fflush(csv);
+            std::fflush(stdout);
+            failed += !r.ok;
+            ++checked;
+        }
+    }
+    std::fclose(csv);
+    std::printf("%d of %d checks passed\n", checked - failed, checked);
+    return failed ? 1 : 0;
+}
