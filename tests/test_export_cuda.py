@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import importlib.util
 import json
 import os
@@ -26,6 +27,7 @@ import pytest
 from autotune.errors import InputError
 from autotune.export.cuda import write_library
 from autotune.export.table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch, table_kernel
+from autotune.problem import GemmProblem
 from autotune.space import load_space
 from autotune.tensor_map import (_DATA_TYPES, _INTERLEAVE_NONE, _L2_PROMOTION_256B, _OOB_FILL_ZEROS, SWIZZLES,
                                  TensorMapSpec, fits_tma)
@@ -441,8 +443,6 @@ def test_write_library_refuses_a_file_as_out_and_a_table_without_shapes(table, t
 
 
 def test_write_library_refuses_a_kernel_whose_cubin_takes_other_parameters(table, tmp_path):
-    import dataclasses
-
     f32 = table.dtypes["f32"]
     kernel = f32.kernels[0]
     extra = dataclasses.replace(kernel.launch, tensor_maps=(TensorMapSpec("map_a", "A", (8, 8), 0),))
@@ -473,3 +473,33 @@ def test_the_gpu_check_program_compiles_against_the_library(request, tmp_path):
     _run("nvcc", "-O2", "-std=c++17", "-x", "cu", "-arch=sm_90", EXPORT_CHECK, f"-I{lib / 'include'}", *flags,
          f"-L{shared_library.parent}", "-lautotune_gemm", "-ldl", "-lpthread", "-o", tmp_path / "export_check")
     assert (tmp_path / "export_check").is_file()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, shape", [
+    ("f32", (1000, 1000, 1000)), ("f32", (777, 1333, 555)), ("f32", (4096, 4096, 4096)), ("f16", (4096, 4096, 4096)),
+    ("f16", (4096, 4100, 4096)), ("f16", (4000, 4096, 4100)), ("f16", (130, 14336, 4096)), ("f16", (777, 1333, 555))])
+def test_on_the_gpu_the_library_passes_the_search_verification(library, table, dtype, shape):
+    """The library's GEMM checked as a search checks a candidate: NaN-poisoned C, beta 0 and 0.5, every
+    element against cuBLAS within measure.error_bound."""
+    import cupy
+
+    from autotune import measure
+    from autotune.worker import verification_problems
+
+    properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    if (properties["major"], properties["minor"]) != (9, 0):
+        pytest.skip("the test table is built for sm_90")
+    function = getattr(library, FUNCTIONS[dtype])
+    operands = measure.make_operands(GemmProblem(*shape, dtype), seed=3)
+    for problem in verification_problems(GemmProblem(*shape, dtype)):
+        ref = measure.reference(problem, operands)
+        bound = measure.error_bound(problem, operands, ref)
+
+        def launch(out, problem=problem):
+            status = function(problem.m, problem.n, problem.k, problem.alpha, operands.a.data.ptr,
+                              operands.b.data.ptr, problem.beta, out.data.ptr, cupy.cuda.get_current_stream().ptr)
+            assert status == SUCCESS, library.autotune_last_error()
+
+        check = measure.check(launch, problem, operands, ref, bound)
+        assert check.passed, f"{table.dtypes[dtype].pick(*shape).kernel}: {check.describe()} (beta {problem.beta})"
