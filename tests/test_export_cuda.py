@@ -136,6 +136,7 @@ def _declare(lib) -> None:
     lib.autotune_status_string.restype = ctypes.c_char_p
     lib.autotune_status_string.argtypes = [ctypes.c_int]
     lib.autotune_arch.restype = ctypes.c_char_p
+    lib.autotune_in_tuned_range.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     for name in FUNCTIONS.values():
         getattr(lib, name).argtypes = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
                                                             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
@@ -220,6 +221,16 @@ def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
         picked = library.autotune_kernel_for(dtype.encode(), m, n, k)
         assert picked is not None, library.autotune_last_error()
         assert picked.decode() == table.dtypes[dtype].pick(m, n, k).kernel, (dtype, m, n, k)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_the_library_tells_the_tuned_range_as_the_table_does(library, table, dtype):
+    for m, n, k in _shapes():
+        outside = table.dtypes[dtype].outside(m, n, k)
+        assert library.autotune_in_tuned_range(dtype.encode(), m, n, k) == (0 if outside else 1), (m, n, k)
+        if outside:
+            assert library.autotune_last_error().decode() == outside
+    assert library.autotune_in_tuned_range(b"f64", 8, 8, 8) == -1
 
 
 def test_ties_go_to_the_larger_tuned_shape_then_the_earlier_rule(library, table):

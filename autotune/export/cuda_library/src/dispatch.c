@@ -44,3 +44,26 @@ const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m
     }
     return best;
 }
+
+/* The table's tuned range: per axis from ceil(smallest tuned size / 2) to twice the largest, as
+   autotune.export.table.DtypeTable.outside defines it. 0 inside; else the axis (0 m, 1 n, 2 k) + 1,
+   with the bounds in low and high. */
+int autotune_gemm_outside(const autotune_dtype_table* table, int m, int n, int k, long long* low, long long* high) {
+    const int sizes[3] = {m, n, k};
+    for (int axis = 0; axis < 3; ++axis) {
+        long long smallest = 0, largest = 0;
+        for (int i = 0; i < table->rule_count; ++i) {
+            const autotune_rule* rule = &table->rules[i];
+            long long size = axis == 0 ? rule->m : axis == 1 ? rule->n : rule->k;
+            if (i == 0 || size < smallest)
+                smallest = size;
+            if (i == 0 || size > largest)
+                largest = size;
+        }
+        *low = (smallest + AUTOTUNE_TUNED_RANGE_FACTOR - 1) / AUTOTUNE_TUNED_RANGE_FACTOR;
+        *high = largest * AUTOTUNE_TUNED_RANGE_FACTOR;
+        if (sizes[axis] < *low || sizes[axis] > *high)
+            return axis + 1;
+    }
+    return 0;
+}

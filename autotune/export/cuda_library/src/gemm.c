@@ -51,7 +51,9 @@ autotune_status autotune_hgemm(int m, int n, int k, float alpha, const void* A, 
     return gemm("autotune_hgemm", call);
 }
 
-const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
+/* The dtype's table for autotune_kernel_for and autotune_in_tuned_range; NULL (error set) for a bad
+   dtype, one the library lacks, or bad sizes. */
+static const autotune_dtype_table* queried_table(const char* dtype, int m, int n, int k) {
     autotune_gemm_clear_error();
     const autotune_dtype_table* table = NULL;
     if (dtype != NULL && (strcmp(dtype, "f32") == 0 || strcmp(dtype, "sgemm") == 0))
@@ -72,7 +74,26 @@ const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
     autotune_call call = {table, m, n, k, 1.0f, 0.0f, NULL, NULL, NULL, NULL};
     if (autotune_gemm_check_sizes(&call) != AUTOTUNE_SUCCESS)
         return NULL;
-    return autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)->kernel].name;
+    return table;
+}
+
+const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
+    const autotune_dtype_table* table = queried_table(dtype, m, n, k);
+    return table ? autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)->kernel].name : NULL;
+}
+
+int autotune_in_tuned_range(const char* dtype, int m, int n, int k) {
+    const autotune_dtype_table* table = queried_table(dtype, m, n, k);
+    if (table == NULL)
+        return -1;
+    long long low = 0, high = 0;
+    int axis = autotune_gemm_outside(table, m, n, k, &low, &high);
+    if (axis == 0)
+        return 1;
+    const int sizes[3] = {m, n, k};
+    autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "%c = %d is outside the tuned range of %c (%lld..%lld)",
+                       "mnk"[axis - 1], sizes[axis - 1], "mnk"[axis - 1], low, high);
+    return 0;
 }
 
 const char* autotune_arch(void) { return AUTOTUNE_GEMM_ARCH; }
