@@ -21,7 +21,8 @@
 # committed report under bench/results/.
 set -uo pipefail
 OUT=${OUT:-bench/out}
-mkdir -p "$OUT"
+BUILD=${BUILD:-$(mktemp -d)}  # exported libraries and their builds: kept out of $OUT, which holds results
+mkdir -p "$OUT" "$BUILD"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
@@ -70,13 +71,13 @@ while [ $# -gt 0 ]; do
         done
         ;;
     runtime)
-        python3 -m autotune export --gpu h200 --shipped --format python --out "$OUT/export" 2>&1 | tee "$OUT/runtime.log" || status=1
-        python3 bench/runtime_check.py --table "$OUT/export/autotune_kernels_h200.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
+        python3 bench/runtime_check.py --table "$BUILD/export/autotune_kernels_h200.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
         ;;
     cudalib)
-        library=${CUDALIB_DIR:-$OUT/cudalib}
+        library=${CUDALIB_DIR:-$BUILD/cudalib}
         if [ ! -f "$library/CMakeLists.txt" ]; then
-            python3 -m autotune export --gpu h200 --dtype f32,f16 --shipped --format cuda --out "$library" 2>&1 | tee "$OUT/cudalib_export.log" || status=1
+            python3 -m autotune export --gpu h200 --dtype f32,f16 --shipped --format cuda --out "$library" 2>&1 | tee "$OUT/cudalib.log" || status=1
         fi
         cublas=(-lcublas)  # the toolkit's, else the nvidia-cublas wheel's
         if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cublas_v2.h" ]; then
@@ -84,15 +85,15 @@ while [ $# -gt 0 ]; do
             cublas=(-I"$wheel/include" -L"$wheel/lib" -l:libcublas.so.13 -Xlinker -rpath -Xlinker "$wheel/lib")
         fi
         {
-            cmake -S "$library" -B "$OUT/cudalib_build" -DCMAKE_BUILD_TYPE=Release &&
-            cmake --build "$OUT/cudalib_build" -j 8 &&
+            cmake -S "$library" -B "$BUILD/cudalib_build" -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build "$BUILD/cudalib_build" -j 8 &&
             nvcc -O2 -std=c++17 -x cu -arch=sm_90 bench/export_check.cpp -I"$library/include" "${cublas[@]}" \
-                -L"$OUT/cudalib_build" -lautotune_gemm -ldl -lpthread -o "$OUT/export_check"
-        } > "$OUT/cudalib_build.log" 2>&1 || { tail -20 "$OUT/cudalib_build.log"; status=1; continue; }
-        if [ -x "$OUT/cudalib_build/autotune_gemm_example" ]; then
-            "$OUT/cudalib_build/autotune_gemm_example" 2>&1 | tee "$OUT/cudalib_example.log" || status=1
+                -L"$BUILD/cudalib_build" -lautotune_gemm -ldl -lpthread -o "$BUILD/export_check"
+        } >> "$OUT/cudalib.log" 2>&1 || { tail -20 "$OUT/cudalib.log"; status=1; continue; }
+        if [ -x "$BUILD/cudalib_build/autotune_gemm_example" ]; then
+            "$BUILD/cudalib_build/autotune_gemm_example" 2>&1 | tee -a "$OUT/cudalib.log" || status=1
         fi
-        "$OUT/export_check" "$OUT/export_check.csv" 2>&1 | tee "$OUT/export_check.log" || status=1
+        "$BUILD/export_check" "$OUT/export_check.csv" 2>&1 | tee "$OUT/export_check.log" || status=1
         ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
