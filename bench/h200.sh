@@ -13,7 +13,7 @@
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
 #                                       bench/runtime_check.py with it: 20 shapes per dtype against cuBLAS
 #   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
-#                                       CUDALIB_DIR, default $OUT/cudalib, unless it holds one), build it with
+#                                       CUDALIB_DIR, default $BUILD/cudalib, unless it holds one), build it with
 #                                       CMake, run its example and bench/export_check.cpp against cuBLAS
 #
 # Several modes may follow each other. Logs and the results database go to
