@@ -80,7 +80,7 @@ class Runtime:
         return result, self.device.operand(view, "out")
 
     def _decide(self, a: Operand, b: Operand, c: Operand) -> Decision:
-        key = (a.shape, b.shape, c.shape, a.dtype_name, b.dtype_name, c.dtype_name, a.row_major, b.row_major,
+        key = (a.shape, b.shape, c.shape, a.element, b.element, c.element, a.row_major, b.row_major,
                c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device)
         decision = self._decisions.get(key)
         if decision is None:
@@ -91,7 +91,7 @@ class Runtime:
 def _like(a: Operand, b: Operand) -> Operand:
     """The output operand a call without ``out`` would get (aligned, row-major, a's dtype and device)."""
     m, n, _ = gemm_shape(a, b, None)
-    return Operand(array=None, shape=(m, n), dtype_name=a.dtype_name, row_major=True, pointer=0, device=a.device)
+    return Operand(array=None, shape=(m, n), element=a.element, row_major=True, pointer=0, device=a.device)
 
 
 # -- the process-wide runtime ---------------------------------------------------------------

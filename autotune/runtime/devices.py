@@ -126,21 +126,26 @@ class CupyDevice:
 
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
-        from autotune.measure import CublasGemm
-
+        if self.cupy.cuda.runtime.getDevice() == self.index and stream is self.cupy.cuda.get_current_stream():
+            self._cublas(a, b, c, alpha, beta)
+            return
         with self.cupy.cuda.Device(self.index), stream:
-            if alpha == 1 and beta == 0:
-                self.cupy.matmul(a.array, b.array, out=c.array)
-                return
-            plain = a.dtype is not None and a.dtype_name == b.dtype_name == c.dtype_name
-            if plain and a.row_major and b.row_major and c.row_major:
-                CublasGemm(a.array, b.array, c.array, alpha, beta)()
-                return
-            product = self.cupy.matmul(a.array, b.array)
-            if beta == 0:
-                c.array[...] = alpha * product
-            else:
-                c.array[...] = alpha * product + beta * c.array
+            self._cublas(a, b, c, alpha, beta)
+
+    def _cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float) -> None:
+        if alpha == 1 and beta == 0:
+            self.cupy.matmul(a.array, b.array, out=c.array)
+            return
+        if a.dtype is not None and a.element == b.element == c.element and a.row_major and b.row_major and c.row_major:
+            from autotune.measure import CublasGemm
+
+            CublasGemm(a.array, b.array, c.array, alpha, beta)()
+            return
+        product = self.cupy.matmul(a.array, b.array)
+        if beta == 0:
+            c.array[...] = alpha * product
+        else:
+            c.array[...] = alpha * product + beta * c.array
 
     def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> _Launch:
         """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""

@@ -74,7 +74,7 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     def fallback(reason: str) -> Decision:
         return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note)
 
-    if not (a.dtype_name == b.dtype_name == c.dtype_name):
+    if not (a.element == b.element == c.element):
         return fallback(f"the dtypes differ ({a.dtype_name}, {b.dtype_name}, {c.dtype_name}); tuned kernels take "
                         "one dtype for a, b and out")
     if dtype is None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-DTYPE_NAMES = {"float32": "f32", "float16": "f16"}
+import numpy
+
+_DTYPES = {numpy.dtype(numpy.float32): "f32", numpy.dtype(numpy.float16): "f16"}
 
 
 class Operand(NamedTuple):
@@ -15,7 +17,7 @@ class Operand(NamedTuple):
 
     array: Any  # what the device computes on: a cupy.ndarray (a numpy.ndarray on the host device)
     shape: tuple[int, ...]
-    dtype_name: str  # "float32", "bfloat16", ...
+    element: Any  # the array's numpy dtype
     row_major: bool  # C-contiguous
     pointer: int
     device: int
@@ -23,12 +25,17 @@ class Operand(NamedTuple):
     @property
     def dtype(self) -> str | None:
         """``"f32"`` or ``"f16"``; None for a dtype no tuned kernel takes."""
-        return DTYPE_NAMES.get(self.dtype_name)
+        return _DTYPES.get(self.element)
+
+    @property
+    def dtype_name(self) -> str:
+        """``"float32"``, ``"bfloat16"``, ...: for messages."""
+        return str(self.element)
 
 
 def describe(array: Any, device: int, pointer: int) -> Operand:
     """An Operand for an array with numpy-like ``shape``, ``dtype`` and ``flags``."""
-    return Operand(array, array.shape, array.dtype.name, array.flags.c_contiguous, pointer, device)
+    return Operand(array, array.shape, array.dtype, array.flags.c_contiguous, pointer, device)
 
 
 def is_torch(value: Any) -> bool:
