@@ -30,6 +30,7 @@ from autotune.db import ResultStore, default_url, schema
 from autotune.db import store as store_module
 from autotune.db.models import VERSION_TABLE, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError
+from autotune.problem import GemmProblem
 from autotune.records import Failure as Fail
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -360,3 +361,57 @@ def test_the_engine_reads_sqlite_in_wal_mode_with_a_busy_timeout(tmp_path):
     with plain.connect() as connection:
         assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"  # kept in the file
     plain.dispose()
+
+
+def test_rows_an_older_autotune_stored_twice_are_merged_by_the_upgrade(tmp_path):
+    """Concurrent imports before fingerprints stored one line twice; migration 0003 keeps one, with the windows."""
+    path = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{path}")
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(schema.MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0002")
+        connection.execute(text(
+            "INSERT INTO environments (id, gpu_key, gpu_name, arch, driver, cuda_runtime, nvrtc, cupy, created_at) "
+            "VALUES (1, 'h200', 'NVIDIA H200', 'sm_90', '580', '13.0', '13.0', '14.2.0', '2026-11-29 00:00:00')"))
+        connection.execute(text("INSERT INTO problems (id, m, n, k, dtype, layout, alpha, beta) "
+                                "VALUES (1, 64, 64, 64, 'f32', 'row', 1.0, 0.0)"))
+        for row_id, median in ((1, 0.5), (2, 0.5), (3, 0.6)):  # 1 and 2: the same line imported twice
+            connection.execute(text(
+                "INSERT INTO measurements (id, environment_id, problem_id, kernel_id, implementation, study, "
+                "median_ms, min_ms, max_ms, q25_ms, q75_ms, samples_json, tflops, max_error, created_at) VALUES "
+                f"({row_id}, 1, 1, NULL, 'cublas', 's', {median}, 0.4, 0.7, 0.45, 0.65, '[{median}]', 1.0, 0.0, "
+                "'2026-11-29 12:00:00.000000')"))
+        connection.execute(text(
+            "INSERT INTO energy_windows (measurement_id, seconds, launches, samples, mean_power_w, energy_per_gemm_j, "
+            "throttled, created_at) VALUES (2, 1.0, 100, 10, 500.0, 5.0, 0, '2026-11-29 12:00:01.000000')"))
+    engine.dispose()
+
+    with ResultStore(f"sqlite:///{path}") as store, store.session() as session:
+        kept = session.execute(select(Measurement.id, Measurement.median_ms).order_by(Measurement.id)).all()
+        windows = session.execute(text("SELECT measurement_id, fingerprint FROM energy_windows")).all()
+        assert [tuple(row) for row in kept] == [(1, 0.5), (3, 0.6)]
+        assert [row[0] for row in windows] == [1] and len(windows[0][1]) == 64
+        assert [row.config_name for row in store.energy("h200", GemmProblem(64, 64, 64))] == ["cublas"]
+
+
+def test_fingerprints_are_pinned():
+    """Migration 0003 stored fingerprints computed by these functions: they must not change silently."""
+    from autotune.db import fingerprint
+
+    environment = {"gpu_key": "h200", "gpu_name": "NVIDIA H200", "arch": "sm_90", "driver": "580.159.04",
+                   "cuda_runtime": "13.0", "nvrtc": "13.0", "cupy": "14.2.0"}
+    problem = {"m": 512, "n": 512, "k": 512, "dtype": "f32", "layout": "row", "alpha": 1.0, "beta": 0.0}
+    at = dt.datetime(2026, 11, 29, 22, 33, 2, 344523, tzinfo=dt.timezone.utc)
+    measured = fingerprint.measurement(environment, problem, ("sgemm", "sgemm_bm64", "abc"), "s", at, 1.0,
+                                       [0.9, 1.0, 1.2])
+    assert measured == "dc98aaf96d3ea879c8f912cd5e9700e7ffd3d1ea18e15d639c8d8d239b63ad37"
+    assert fingerprint.failure(environment, problem, None, None, "crash", "died", at) == (
+        "9bc010574a70e8535385982d4680ef41618bc78a54614d37ea7a3471005fbb04")
+    assert fingerprint.energy_window(measured, at, 1.0, 1000, 600.0, 0.6) == (
+        "acc512da2acf379537bb4f8de30f7bc98cb59476d0e4f3062bac8fe29cbebbb7")
+    naive_in_utc, in_paris = at.replace(tzinfo=None), at.astimezone(dt.timezone(dt.timedelta(hours=1)))
+    for same_moment in (naive_in_utc, in_paris):  # SQLite hands times back without a zone
+        assert fingerprint.measurement(environment, problem, ("sgemm", "sgemm_bm64", "abc"), "s", same_moment, 1,
+                                       [0.9, 1.0, 1.2]) == measured
