@@ -41,7 +41,8 @@ class PostgresServer:
 
     def __init__(self):
         self.password = "pw-" + secrets.token_hex(8)
-        self.root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+        # /tmp: short enough for the socket path, and reachable by the server's user when that is not ours
+        self.root = Path(tempfile.mkdtemp(prefix="autotune-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
         self.data = self.root / "data"
         self.port = _free_port()
         self._user = _unprivileged_user() if os.geteuid() == 0 else None
