@@ -15,6 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 
 from autotune.db import BestRow, ResultStore, default_url
+from autotune.db import rows as rows_module
 from autotune.db import store as store_module
 from autotune.db.models import VERSION_TABLE, Base, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError, FailureClass
@@ -25,7 +26,7 @@ from autotune.records import Measurement as Meas
 from autotune.records import Resources, Timing
 from autotune.space import Config
 
-HEAD_REVISION = "0002"  # the newest migration in autotune/db/migrations/versions
+HEAD_REVISION = "0003"  # the newest migration in autotune/db/migrations/versions
 
 ENV = Env("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
 PROBLEM = GemmProblem(4096, 4096, 1024)
@@ -268,7 +269,7 @@ def test_session_rolls_back_and_raises_one_line(store):
 
 def test_concurrent_insert_of_the_same_row_is_retried(store, monkeypatch):
     store.add_measurement(ENV, PROBLEM, config(128), "h", measurement(1.0), None)
-    real_find = store_module._find
+    real_find = rows_module.find
     misses = []
 
     def find_missing_once(session, model, fields):
@@ -277,8 +278,9 @@ def test_concurrent_insert_of_the_same_row_is_retried(store, monkeypatch):
             return None
         return real_find(session, model, fields)
 
-    monkeypatch.setattr(store_module, "_find", find_missing_once)
-    store.add_measurement(ENV, PROBLEM, config(128), "h", measurement(0.7), None)
+    monkeypatch.setattr(rows_module, "find", find_missing_once)
+    with ResultStore(store.url) as other:  # another process: it has not seen the environment yet
+        other.add_measurement(ENV, PROBLEM, config(128), "h", measurement(0.7), None)
     assert misses == [Environment]
     assert count(store, Environment) == 1
     assert [row.median_ms for row in store.best("h200", PROBLEM)] == [0.7]

@@ -14,13 +14,18 @@ from autotune.gpus import gpu_spec
 def register(sub) -> None:
     results = sub.add_parser(
         "results", help="export or import tuned results as JSON lines (tuned_db/)",
-        epilog="example: autotune results import tuned_db/h200.jsonl",
+        epilog="example: autotune results import tuned_db/h200.jsonl (or --shipped); "
+               "autotune results export --gpu h200 > h200.jsonl",
     )
     results.add_argument("action", choices=["export", "import"])
     results.add_argument("files", nargs="*", help="import: tuned-results files")
+    results.add_argument("--shipped", action="store_true",
+                         help="import: the tuned-results files that ship with autotune (tuned_db/*.jsonl)")
     results.add_argument("--gpu", help="export: the GPU whose results to write")
     add_db_argument(results)
-    results.add_argument("--per-problem", type=int, default=10, help="export: kernels per problem (default 10)")
+    results.add_argument("--per-problem", type=int, default=None,
+                         help="export: only the N fastest kernels per problem, every cuBLAS measurement and no "
+                              "failures (default: everything, energy windows and failures included)")
     results.set_defaults(run=run)
 
 
@@ -29,17 +34,46 @@ def run(args: argparse.Namespace) -> int:
     from autotune import tuned
 
     if args.action == "export":
-        if not args.gpu or args.files:
-            raise InputError("results export", " ".join(args.files) or "(no --gpu)", "--gpu NAME and no files")
+        if not args.gpu or args.files or args.shipped:
+            given = " ".join(args.files) or ("--shipped" if args.shipped else "(no --gpu)")
+            raise InputError("results export", given, "--gpu NAME and no files")
         gpu = gpu_spec(args.gpu)
         require_positive("--per-problem", args.per_problem)
-        lines = tuned.export(open_store(args.db), gpu.key, sys.stdout, args.per_problem)
-        print(f"exported {lines} measurements for {gpu.key}", file=sys.stderr)
+        with open_store(args.db) as store:
+            written = tuned.export(store, gpu.key, sys.stdout, args.per_problem)
+        print(_export_summary(written, gpu.key, args.per_problem), file=sys.stderr)
         return 0
-    if not args.files:
-        raise InputError("results import", "(no files)", "one or more tuned-results files, e.g. tuned_db/h200.jsonl")
-    store = open_store(args.db)
-    for path in map(Path, args.files):
-        added, present = tuned.import_file(store, path)
-        print(f"{path}: {added} measurements added, {present} already present ({store.url})")
+    if args.per_problem is not None or args.gpu:
+        raise InputError("results import", "--per-problem" if args.per_problem is not None else "--gpu",
+                         "files or --shipped (--gpu and --per-problem are for export)")
+    paths = [Path(name) for name in args.files] + (_shipped_files() if args.shipped else [])
+    if not paths:
+        raise InputError("results import", "(no files)",
+                         "one or more tuned-results files, e.g. tuned_db/h200.jsonl, or --shipped")
+    with open_store(args.db) as store:
+        for report in tuned.import_files(store, paths):
+            print(f"{report.path}: {report.measurements_added} measurements added, "
+                  f"{report.measurements_present} already present; {report.energy_windows_added} energy windows "
+                  f"and {report.failures_added} failures added, {report.failures_present} already present "
+                  f"({store.shown_url})")
     return 0
+
+
+def _shipped_files() -> list[Path]:
+    from autotune.data_files import data_dir
+
+    return sorted(data_dir("tuned_db").glob("*.jsonl"))
+
+
+def _export_summary(written, gpu_key: str, per_problem: int | None) -> str:
+    from autotune.db import FailureEntry
+
+    failures = sum(isinstance(entry, FailureEntry) for entry in written.entries)
+    windows = sum(len(entry.energy_windows) for entry in written.entries if not isinstance(entry, FailureEntry))
+    summary = (f"exported {len(written.entries) - failures} measurements ({windows} energy windows) and "
+               f"{failures} failures for {gpu_key}")
+    if per_problem is None:
+        return summary
+    return (f"{summary}; left out by --per-problem {per_problem}: {written.left_out_measurements} measurements of "
+            f"slower kernels ({written.left_out_energy_windows} energy windows) and {written.left_out_failures} "
+            "failures")

@@ -4,6 +4,9 @@ The schema is created and changed only by the Alembic migrations in
 ``migrations/versions``; a test checks that they match these models. Table
 names avoid ``studies``, ``trials``, ``version_info`` and the ``study_``/``trial_``
 prefixes because Optuna's RDB storage may share the same database.
+
+Measurements, failures and energy windows each carry a unique ``fingerprint``
+(:mod:`autotune.db.fingerprint`): the same result is one row, whoever writes it.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ class Measurement(Base):
             name="ck_measurements_implementation",
         ),
         Index("ix_measurements_environment_problem", "environment_id", "problem_id"),
+        UniqueConstraint("fingerprint", name="uq_measurements_fingerprint"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -136,13 +140,17 @@ class Measurement(Base):
     spill_loads: Mapped[int | None] = mapped_column(Integer)
     stack_frame: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # autotune.db.fingerprint.measurement
 
 
 class Failure(Base):
     """A candidate that produced no valid measurement, and why."""
 
     __tablename__ = "failures"
-    __table_args__ = (Index("ix_failures_environment_problem", "environment_id", "problem_id"),)
+    __table_args__ = (
+        Index("ix_failures_environment_problem", "environment_id", "problem_id"),
+        UniqueConstraint("fingerprint", name="uq_failures_fingerprint"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     environment_id: Mapped[int | None] = mapped_column(ForeignKey("environments.id"))
@@ -152,13 +160,17 @@ class Failure(Base):
     failure_class: Mapped[str] = mapped_column(String(32))  # a FailureClass value
     message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # autotune.db.fingerprint.failure
 
 
 class EnergyWindow(Base):
     """Power and energy of one kernel over a window of back-to-back launches (NVML)."""
 
     __tablename__ = "energy_windows"
-    __table_args__ = (Index("ix_energy_windows_measurement", "measurement_id"),)
+    __table_args__ = (
+        Index("ix_energy_windows_measurement", "measurement_id"),
+        UniqueConstraint("fingerprint", name="uq_energy_windows_fingerprint"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id"))  # the timing it belongs to
@@ -176,3 +188,4 @@ class EnergyWindow(Base):
     throttle_reasons: Mapped[int | None] = mapped_column(BigInteger)  # OR of the reasons seen
     throttled: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # autotune.db.fingerprint.energy_window

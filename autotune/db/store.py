@@ -1,4 +1,12 @@
-"""The results database: measurements and failures of GEMM kernels, per machine."""
+"""The results database: measurements and failures of GEMM kernels, per machine.
+
+Any number of processes may open one database and write to it at once (see
+README, "Where results live"): the schema is migrated under a lock
+(:mod:`autotune.db.schema`), every write is one transaction retried with backoff
+until it succeeds or fails with one line (:mod:`autotune.db.retry`), and every
+measurement, failure and energy window has a unique fingerprint
+(:mod:`autotune.db.fingerprint`), so a result written twice is stored once.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +15,30 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from alembic.util import CommandError
-from sqlalchemy import Select, create_engine, func, inspect, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import IntegrityError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune import records
-from autotune.db.models import (
-    CANDIDATE,
-    CUBLAS,
-    Base,
-    EnergyWindow,
-    Environment,
-    Failure,
-    Kernel,
-    Measurement,
-    Problem,
-)
+from autotune.db import engine as engines
+from autotune.db import retry, rows, schema
+from autotune.db.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
+from autotune.db.models import CANDIDATE, CUBLAS, EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError
 from autotune.problem import GemmProblem
 from autotune.space import Config
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = schema.MIGRATIONS
+WRITE_TIMEOUT_S = 120.0  # how long a write keeps retrying a busy database before it fails
+Result = TypeVar("Result")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,16 +81,17 @@ class EnergyRow:
 def default_url() -> str:
     """The database URL used when none is given.
 
-    ``sqlite:///$AUTOTUNE_DB`` when that variable is set, else
-    ``sqlite:///$XDG_DATA_HOME/autotune/results.db`` (``XDG_DATA_HOME`` defaults
-    to ``~/.local/share``), creating the ``autotune`` directory if needed.
+    ``$AUTOTUNE_DB`` when that variable is set: a URL as it is (it holds ``://``),
+    else a SQLite file name. Without it, ``sqlite:///$XDG_DATA_HOME/autotune/results.db``
+    (``XDG_DATA_HOME`` defaults to ``~/.local/share``), creating the ``autotune``
+    directory if needed.
 
     Raises:
         DatabaseError: the directory cannot be created.
     """
     path = os.environ.get("AUTOTUNE_DB")
     if path:
-        return "sqlite:///" + os.path.expanduser(path)
+        return path if "://" in path else "sqlite:///" + os.path.expanduser(path)
     data_home = os.environ.get("XDG_DATA_HOME", "")
     if not os.path.isabs(data_home):  # the XDG spec says to ignore relative paths
         data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -105,49 +109,66 @@ class ResultStore:
     Args:
         url: a SQLAlchemy URL, e.g. ``default_url()`` or ``postgresql://host/db``.
             A SQLite file is created if missing, but not its directory.
+        write_timeout_s: how long a write retries a busy database before it fails.
 
     Raises:
-        DatabaseError: the database cannot be opened, read or migrated. Nothing is
-            written to a database that cannot be read.
+        DatabaseError: the database cannot be opened, read or migrated, or it is a
+            SQLite file of something else. Nothing is written to a database that
+            cannot be read or is not autotune's. Every message shows the URL with
+            its password masked.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, write_timeout_s: float = WRITE_TIMEOUT_S):
         self.url = url
+        self._write_timeout_s = write_timeout_s
         try:
             parsed = make_url(url)
         except (SQLAlchemyError, ValueError) as exc:
-            raise DatabaseError(f"cannot open database '{url}': {_one_line(exc)}") from exc
+            raise DatabaseError(f"cannot open database '{_masked(url)}': {_one_line(exc)}") from exc
+        self._password = parsed.password
         self._shown = parsed.render_as_string(hide_password=True)
+        self._engine = self._create_engine(parsed)
+        if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
+            self.url = self._engine.url.render_as_string(hide_password=False)
+        try:
+            self._prepare_schema()
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._known_ids: dict[tuple, int] = {}  # environments, problems, kernels already committed
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(self._engine.execution_options(**engines.WRITE), expire_on_commit=False,
+                                            info={rows.KNOWN_IDS: self._known_ids})
+
+    def _create_engine(self, parsed: URL):
         cannot = f"cannot open database '{self._shown}'"
         reason = _sqlite_file_problem(parsed)
         if reason is not None:
             raise DatabaseError(f"{cannot}: {reason}")
         try:
-            self._engine = create_engine(parsed)
+            return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s))
         except NoSuchModuleError as exc:
             raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}'") from exc
         except ImportError as exc:
-            raise DatabaseError(f"{cannot}: driver not installed ({exc})") from exc
+            raise DatabaseError(f"{cannot}: driver not installed ({self._reason(exc)})") from exc
         except SQLAlchemyError as exc:
-            raise DatabaseError(f"{cannot}: {_one_line(exc)}") from exc
+            raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
+
+    def _prepare_schema(self) -> None:
+        """Migrate to the newest schema (:mod:`autotune.db.schema`), retried while the database is busy."""
+        cannot = f"cannot open database '{self._shown}'"
         try:
-            with self._engine.begin() as connection:
-                inspect(connection).get_table_names()  # fails on a file that is not a database
-                config = AlembicConfig()
-                config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
+            retry.run(lambda: schema.prepare(self._engine, self._shown), self._write_timeout_s)
+        except retry.GaveUp as exc:
+            raise DatabaseError(f"{cannot}: {self._reason(exc.__cause__)} ({exc})") from exc
         except SQLAlchemyError as exc:
-            self._engine.dispose()
-            raise DatabaseError(f"{cannot}: {_one_line(exc)}") from exc
+            raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
         except CommandError as exc:  # e.g. a revision from a newer autotune
-            self._engine.dispose()
-            raise DatabaseError(f"cannot migrate database '{self._shown}': {_one_line(exc)}") from exc
-        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+            raise DatabaseError(f"cannot migrate database '{self._shown}': {self._reason(exc)}") from exc
 
     @property
     def shown_url(self) -> str:
-        """The URL with its password masked: the form to print."""
+        """The database URL with its password masked: the form every message shows."""
         return self._shown
 
     def __repr__(self) -> str:
@@ -165,7 +186,7 @@ class ResultStore:
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
-        """A session that commits on success and rolls back on any error.
+        """A session that commits on success and rolls back on any error (one try, no retries).
 
         Raises:
             DatabaseError: the database refused a statement (one line, chained to
@@ -177,7 +198,7 @@ class ResultStore:
                 session.commit()
             except SQLAlchemyError as exc:
                 session.rollback()
-                raise DatabaseError(f"database error on '{self._shown}': {_one_line(exc)}") from exc
+                raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc)}") from exc
 
     def add_measurement(
         self,
@@ -191,6 +212,9 @@ class ResultStore:
     ) -> int:
         """Store a verified measurement and return its id.
 
+        The same measurement (same place, kernel, study, times and ``measured_at``)
+        is stored once: storing it again returns the id it already has.
+
         Args:
             config: the candidate's Config, or None for the cuBLAS reference.
             template_hash: identifies the kernel template the candidate was built from.
@@ -198,33 +222,11 @@ class ResultStore:
             measured_at: when it was measured, for imported results (default: now).
 
         Raises:
-            DatabaseError: the write failed.
+            DatabaseError: the write failed (after retries, where retrying could help).
         """
-        timing, resources = measurement.timing, measurement.resources
-
-        def build(session: Session) -> Measurement:
-            return Measurement(
-                environment_id=_get_or_create(session, Environment, dataclasses.asdict(env)).id,
-                problem_id=_get_or_create(session, Problem, _problem_fields(problem)).id,
-                kernel_id=_kernel_id(session, config, template_hash),
-                implementation=CUBLAS if config is None else CANDIDATE,
-                study=study,
-                median_ms=float(timing.median_ms),
-                min_ms=float(timing.min_ms),
-                max_ms=float(timing.max_ms),
-                q25_ms=float(timing.q25_ms),
-                q75_ms=float(timing.q75_ms),
-                samples_json=json.dumps([float(sample) for sample in timing.samples_ms]),
-                tflops=float(measurement.tflops),
-                max_error=float(measurement.max_error),
-                sm_clock_mhz=_int(measurement.sm_clock_mhz),
-                throttle_reasons=_int(measurement.throttle_reasons),
-                temperature_c=_int(measurement.temperature_c),
-                **_resource_columns(resources),
-                **({"created_at": measured_at} if measured_at else {}),
-            )
-
-        return self._insert(build)
+        entry = MeasurementEntry(env, problem, None if config is None else KernelRef.of(config, template_hash),
+                                 measurement, study, measured_at or _now())
+        return self._write(lambda session: rows.put_measurement(session, entry)[0])
 
     def add_failure(
         self,
@@ -238,20 +240,11 @@ class ResultStore:
         """Store why a candidate produced no measurement and return the row id.
 
         Raises:
-            DatabaseError: the write failed.
+            DatabaseError: the write failed (after retries, where retrying could help).
         """
-
-        def build(session: Session) -> Failure:
-            return Failure(
-                environment_id=_get_or_create(session, Environment, dataclasses.asdict(env)).id,
-                problem_id=_get_or_create(session, Problem, _problem_fields(problem)).id,
-                kernel_id=_kernel_id(session, config, template_hash),
-                study=study,
-                failure_class=str(getattr(failure.failure_class, "value", failure.failure_class)),
-                message=failure.message,
-            )
-
-        return self._insert(build)
+        entry = FailureEntry(env, problem, None if config is None else KernelRef.of(config, template_hash),
+                             failure, study, _now())
+        return self._write(lambda session: rows.put_failure(session, entry)[0])
 
     def add_energy(self, measurement_id: int, window: records.EnergyWindow) -> int:
         """Store an energy window for the measurement it belongs to; returns its id.
@@ -259,69 +252,101 @@ class ResultStore:
         Raises:
             DatabaseError: the write failed (for example, no such measurement).
         """
+        entry = EnergyEntry(window, _now())
 
-        def build(session: Session) -> EnergyWindow:
-            if session.get(Measurement, measurement_id) is None:
+        def write(session: Session) -> int:
+            owner = session.get(Measurement, measurement_id)
+            if owner is None:
                 raise DatabaseError(f"no measurement {measurement_id} in '{self._shown}'")
-            return EnergyWindow(
-                measurement_id=measurement_id,
-                seconds=float(window.seconds),
-                launches=int(window.launches),
-                samples=int(window.samples),
-                mean_power_w=float(window.mean_power_w),
-                idle_power_w=_float(window.idle_power_w),
-                energy_per_gemm_j=float(window.energy_per_gemm_j),
-                energy_counter_j=_float(window.energy_counter_j),
-                energy_per_gemm_counter_j=_float(window.energy_per_gemm_counter_j),
-                sm_clock_mhz_mean=_float(window.sm_clock_mhz_mean),
-                sm_clock_mhz_min=_int(window.sm_clock_mhz_min),
-                temperature_c_max=_int(window.temperature_c_max),
-                throttle_reasons=_int(window.throttle_reasons),
-                throttled=bool(window.throttled),
-            )
+            return rows.put_energy(session, measurement_id, owner.fingerprint, entry)[0]
 
-        return self._insert(build)
+        return self._write(write)
 
-    def export_rows(self, gpu_key: str, per_problem: int = 10) -> list[dict]:
-        """The best ``per_problem`` kernels of each problem on ``gpu_key`` (each at its best
-        measurement) and the latest cuBLAS reference, as plain dicts (see autotune.tuned).
+    def add_entries(self, entries: Sequence[MeasurementEntry | FailureEntry]) -> list[Added]:
+        """Store every entry in one transaction (all or nothing); what each one added, in order.
+
+        An entry already stored adds nothing (``Added.row`` False), but energy
+        windows it brings that are missing are added.
+
+        Raises:
+            DatabaseError: the write failed; nothing was stored.
         """
-        query = (
+
+        def write(session: Session) -> list[Added]:
+            added = []
+            for entry in entries:
+                if isinstance(entry, FailureEntry):
+                    added.append(Added(rows.put_failure(session, entry)[1]))
+                    continue
+                key = rows.measurement_fingerprint(entry)
+                measurement_id, new = rows.put_measurement(session, entry, key)
+                windows = sum(rows.put_energy(session, measurement_id, key, window)[1]
+                              for window in entry.energy_windows)
+                added.append(Added(new, windows))
+            return added
+
+        return self._write(write)
+
+    def export_entries(self, gpu_key: str, per_problem: int | None = None) -> Export:
+        """The results of ``gpu_key``: every measurement with its energy windows, and every failure.
+
+        With ``per_problem``, only the ``per_problem`` fastest kernels of each
+        problem (each at its best measurement, with its energy windows) and every
+        cuBLAS measurement; no failures. :class:`Export` counts what was left out.
+        Entries come in a fixed order (problem, then time), whatever the row ids.
+        """
+        measurements = (
             select(Measurement, Environment, Problem, Kernel)
             .join(Environment, Measurement.environment_id == Environment.id)
             .join(Problem, Measurement.problem_id == Problem.id)
             .outerjoin(Kernel, Measurement.kernel_id == Kernel.id)
             .where(Environment.gpu_key == gpu_key)
-            .order_by(Measurement.id)
         )
-        best: dict[tuple, tuple] = {}  # (problem id, kernel id or None) -> row
+        windows = (
+            select(EnergyWindow)
+            .join(Measurement, EnergyWindow.measurement_id == Measurement.id)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .where(Environment.gpu_key == gpu_key)
+        )
+        failures = (
+            select(Failure, Environment, Problem, Kernel)
+            .join(Environment, Failure.environment_id == Environment.id)
+            .join(Problem, Failure.problem_id == Problem.id)
+            .outerjoin(Kernel, Failure.kernel_id == Kernel.id)
+            .where(Environment.gpu_key == gpu_key)
+        )
         with self.session() as session:
-            for row in session.execute(query):
-                measurement, _, problem, kernel = row
-                key = (problem.id, kernel.id if kernel else None)
-                held = best.get(key)
-                if kernel is None or held is None or measurement.median_ms < held[0].median_ms:
-                    best[key] = tuple(row)  # cuBLAS: the latest; kernels: the fastest
-            rows = []
-            for problem_id in sorted({key[0] for key in best}):
-                kernels = sorted((row for key, row in best.items() if key[0] == problem_id and key[1] is not None),
-                                 key=lambda row: row[0].median_ms)[:per_problem]
-                reference = [row for key, row in best.items() if key == (problem_id, None)]
-                rows += [_export_row(*row) for row in reference + kernels]
-        return rows
+            windows_of: dict[int, list[EnergyWindow]] = {}
+            for window in session.scalars(windows):
+                windows_of.setdefault(window.measurement_id, []).append(window)
+            for held in windows_of.values():
+                held.sort(key=lambda window: (rows.utc(window.created_at), window.fingerprint))
+            stored = [rows.measurement_entry(*row, windows_of.get(row[0].id, []))
+                      for row in session.execute(measurements)]
+            failed = [rows.failure_entry(*row) for row in session.execute(failures)]
+        stored.sort(key=lambda entry: (_problem_order(entry.problem), entry.measured_at,
+                                       rows.measurement_fingerprint(entry)))
+        failed.sort(key=lambda entry: (_problem_order(entry.problem), entry.failed_at, rows.failure_fingerprint(entry)))
+        if per_problem is None:
+            return Export([*stored, *failed])
+        kept = _fastest_per_problem(stored, per_problem)
+        return Export(kept, left_out_measurements=len(stored) - len(kept),
+                      left_out_energy_windows=sum(len(entry.energy_windows) for entry in stored)
+                      - sum(len(entry.energy_windows) for entry in kept),
+                      left_out_failures=len(failed))
 
     def has_measurement(self, env: records.Environment, problem: GemmProblem, config: Config | None,
                         template_hash: str | None, median_ms: float) -> bool:
-        """Whether this exact measurement is already stored (imports stay idempotent)."""
+        """Whether a measurement of this kernel with this median is stored for ``env`` and ``problem``."""
         with self.session() as session:
-            environment = _find(session, Environment, dataclasses.asdict(env))
-            stored_problem = _find(session, Problem, _problem_fields(problem))
+            environment = rows.find(session, Environment, dataclasses.asdict(env))
+            stored_problem = rows.find(session, Problem, rows.problem_fields(problem))
             if environment is None or stored_problem is None:
                 return False
             kernel_id = None
             if config is not None:
-                kernel = _find(session, Kernel, {"family": config.family, "name": config.name,
-                                                 "template_hash": template_hash})
+                kernel = rows.find(session, Kernel, {"family": config.family, "name": config.name,
+                                                     "template_hash": template_hash})
                 if kernel is None:
                     return False
                 kernel_id = kernel.id
@@ -385,12 +410,12 @@ class ResultStore:
         references = _scope(references, gpu_key, problem, Measurement)
         references = references.where(Measurement.implementation == CUBLAS)
         with self.session() as session:
-            rows = session.execute(query).all()
+            found = session.execute(query).all()
             cublas: dict[int, list[float]] = {}
             for environment_id, median_ms in session.execute(references):
                 cublas.setdefault(environment_id, []).append(median_ms)
         result = []
-        for measurement, kernel, environment in rows:
+        for measurement, kernel, environment in found:
             reference = statistics.median(cublas[environment.id]) if environment.id in cublas else None
             result.append(
                 BestRow(
@@ -406,7 +431,7 @@ class ResultStore:
                     gpu_name=environment.gpu_name,
                     arch=environment.arch,
                     driver=environment.driver,
-                    measured_at=_utc(measurement.created_at),
+                    measured_at=rows.utc(measurement.created_at),
                 )
             )
         return result
@@ -430,8 +455,8 @@ class ResultStore:
             .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Measurement.implementation == CANDIDATE)
         )
         with self.session() as session:
-            rows = session.scalars(query).all()
-            return sorted((GemmProblem(r.m, r.n, r.k, r.dtype, r.layout, r.alpha, r.beta) for r in rows),
+            stored = session.scalars(query).all()
+            return sorted((GemmProblem(r.m, r.n, r.k, r.dtype, r.layout, r.alpha, r.beta) for r in stored),
                           key=lambda p: (p.m * p.n * p.k, p.m, p.n, p.k, p.alpha, p.beta))
 
     def cublas_reference(self, gpu_key: str, problem: GemmProblem) -> float | None:
@@ -474,48 +499,55 @@ class ResultStore:
         with self.session() as session:
             return session.scalar(query) or 0
 
-    def _insert(self, build: Callable[[Session], Base]) -> int:
-        # A concurrent writer may insert the same environment, problem or kernel
-        # between our lookup and our insert; the unique constraint then fails and
-        # one retry finds its row.
-        for attempt in range(2):
-            try:
-                with self.session() as session:
-                    row = build(session)
-                    session.add(row)
-                    session.flush()
-                    return row.id
-            except DatabaseError as exc:
-                if attempt or not isinstance(exc.__cause__, IntegrityError):
-                    raise
-        raise AssertionError("unreachable")
+    def _write(self, work: Callable[[Session], Result]) -> Result:
+        """Run ``work`` in one write transaction, retried while the database is busy or a key race is lost."""
+
+        def transaction() -> Result:
+            with self._write_sessions() as session:
+                result = work(session)
+                session.commit()
+                self._known_ids.update(session.info.get(rows.FOUND_IDS, {}))
+                return result
+
+        try:
+            return retry.run(transaction, self._write_timeout_s)
+        except retry.GaveUp as exc:
+            raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc.__cause__)} ({exc})") from exc
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc)}") from exc
+
+    def _reason(self, exc: BaseException) -> str:
+        """:func:`_one_line`, with the URL's password masked wherever a driver repeated it."""
+        text = _one_line(exc)
+        return text.replace(self._password, "***") if self._password else text
 
 
-def _find(session: Session, model: type[Base], fields: dict) -> Base | None:
-    return session.scalars(select(model).filter_by(**fields).order_by(model.id).limit(1)).first()
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
 
 
-def _get_or_create(session: Session, model: type[Base], fields: dict, extra: dict | None = None) -> Base:
-    row = _find(session, model, fields)
-    if row is None:
-        row = model(**fields, **(extra or {}))
-        session.add(row)
-        session.flush()
-    return row
+def _problem_order(problem: GemmProblem) -> tuple:
+    return problem.m, problem.n, problem.k, problem.dtype, problem.layout, problem.alpha, problem.beta
 
 
-def _kernel_id(session: Session, config: Config | None, template_hash: str | None) -> int | None:
-    if config is None:
-        return None
-    fields = {"family": config.family, "name": config.name, "template_hash": template_hash}
-    params_json = json.dumps(config.as_dict(), sort_keys=True)
-    return _get_or_create(session, Kernel, fields, {"params_json": params_json}).id
-
-
-def _problem_fields(problem: GemmProblem) -> dict:
-    fields = dataclasses.asdict(problem)
-    fields["alpha"], fields["beta"] = float(problem.alpha), float(problem.beta)
-    return fields
+def _fastest_per_problem(entries: list[MeasurementEntry], per_problem: int) -> list[MeasurementEntry]:
+    """Per problem (in order): every cuBLAS entry, then the ``per_problem`` fastest kernels at their best."""
+    kept: list[MeasurementEntry] = []
+    by_problem: dict[GemmProblem, list[MeasurementEntry]] = {}
+    for entry in entries:
+        by_problem.setdefault(entry.problem, []).append(entry)
+    for own in by_problem.values():
+        best: dict[KernelRef, MeasurementEntry] = {}
+        for entry in own:
+            if entry.kernel is None:
+                continue
+            held = best.get(entry.kernel)
+            if held is None or entry.measurement.timing.median_ms < held.measurement.timing.median_ms:
+                best[entry.kernel] = entry
+        fastest = sorted(best.values(), key=lambda entry: (entry.measurement.timing.median_ms,
+                                                           rows.measurement_fingerprint(entry)))
+        kept += [entry for entry in own if entry.kernel is None] + fastest[:per_problem]
+    return kept
 
 
 def _scope(query: Select, gpu_key: str, problem: GemmProblem, table: type[Measurement | Failure]) -> Select:
@@ -524,7 +556,7 @@ def _scope(query: Select, gpu_key: str, problem: GemmProblem, table: type[Measur
         query.join(Environment, table.environment_id == Environment.id)
         .join(Problem, table.problem_id == Problem.id)
         .where(Environment.gpu_key == gpu_key)
-        .where(*(getattr(Problem, name) == value for name, value in _problem_fields(problem).items()))
+        .where(*(getattr(Problem, name) == value for name, value in rows.problem_fields(problem).items()))
     )
 
 
@@ -545,50 +577,13 @@ def _sqlite_file_problem(url: URL) -> str | None:
     return None
 
 
+def _masked(url: str) -> str:
+    """``url`` with anything between ``user:`` and ``@`` masked, for URLs SQLAlchemy cannot parse."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
 def _one_line(exc: BaseException) -> str:
     """The reason of a driver or SQLAlchemy error, as one line without SQL or links."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).split("(Background on this error")[0]
     return " ".join(text.split()) or type(exc).__name__
-
-
-def _resource_columns(resources: records.Resources | None) -> dict[str, int]:
-    """The measurements columns named like the Resources fields; none without a ptxas report."""
-    return {key: int(value) for key, value in dataclasses.asdict(resources).items()} if resources else {}
-
-
-def _export_row(measurement: Measurement, environment: Environment, problem: Problem, kernel: Kernel | None) -> dict:
-    return {
-        "environment": {column: getattr(environment, column) for column in
-                        ("gpu_key", "gpu_name", "arch", "driver", "cuda_runtime", "nvrtc", "cupy")},
-        "problem": {column: getattr(problem, column) for column in ("m", "n", "k", "dtype", "layout", "alpha", "beta")},
-        "family": kernel.family if kernel else None,
-        "params": json.loads(kernel.params_json) if kernel else None,
-        "template_hash": kernel.template_hash if kernel else None,
-        "timing_ms": {"median": measurement.median_ms, "min": measurement.min_ms, "max": measurement.max_ms,
-                      "q25": measurement.q25_ms, "q75": measurement.q75_ms,
-                      "samples": json.loads(measurement.samples_json)},
-        "tflops": measurement.tflops,
-        "max_error": measurement.max_error,
-        "sm_clock_mhz": measurement.sm_clock_mhz,
-        "throttle_reasons": measurement.throttle_reasons,
-        "temperature_c": measurement.temperature_c,
-        "resources": None if measurement.registers is None else {
-            column: getattr(measurement, column) for column in
-            ("registers", "smem_static", "smem_dynamic", "spill_stores", "spill_loads", "stack_frame")},
-        "study": measurement.study,
-        "measured_at": _utc(measurement.created_at).isoformat(),
-    }
-
-
-def _float(value: float | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def _int(value: int | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _utc(moment: dt.datetime) -> dt.datetime:
-    """SQLite drops the time zone; every stored time is UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)

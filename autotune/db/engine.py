@@ -1,0 +1,88 @@
+"""SQLAlchemy engines for the results database.
+
+SQLite runs in WAL mode (readers never wait for the writer) with a busy timeout,
+and autotune emits every BEGIN itself, so that DDL is transactional and a write
+transaction takes the write lock up front (``BEGIN IMMEDIATE``): two writers
+then queue instead of failing with "database is locked" when one upgrades its
+read lock. ``synchronous=NORMAL`` in WAL mode: a power cut may lose the last
+commits, a killed process never loses a committed one and never corrupts the file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL
+
+BUSY_TIMEOUT_S = 10.0  # default: how long one SQLite statement waits for a lock before "database is locked"
+BEGIN_MODE = "autotune_sqlite_begin"  # execution option: DEFERRED (reads), IMMEDIATE (writes), EXCLUSIVE
+WRITE = {BEGIN_MODE: "IMMEDIATE"}
+EXCLUSIVE = {BEGIN_MODE: "EXCLUSIVE"}
+
+
+def create(url: URL, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
+    """An engine for ``url``; SQLite connections are set up as the module docstring says.
+
+    A plain ``postgresql://`` URL uses psycopg (3) when psycopg2 is not installed.
+    ``busy_timeout_s``: how long one SQLite statement waits for a lock.
+
+    Raises:
+        sqlalchemy.exc.NoSuchModuleError: unknown dialect.
+        ImportError: the dialect's driver is not installed.
+    """
+    url = with_installed_driver(url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def with_installed_driver(url: URL) -> URL:
+    """``url``, with the psycopg driver named where it says only ``postgresql`` and psycopg2 is absent."""
+    if url.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None \
+            and importlib.util.find_spec("psycopg") is not None:
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def is_sqlite_file(engine: Engine) -> bool:
+    """Whether ``engine`` opens a SQLite database file (not ``:memory:``)."""
+    database = engine.url.database
+    return engine.url.get_backend_name() == "sqlite" and bool(database) and database != ":memory:" \
+        and "mode=memory" not in database
+
+
+def use_wal(engine: Engine) -> None:
+    """Switch a SQLite file to WAL mode (persistent: every later connection reads it from the file).
+
+    A file that cannot be switched (read-only, or locked past the busy timeout)
+    stays in its mode; busy timeouts and retried writes make either mode safe.
+    """
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.driver_connection.cursor()
+        if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            return
+        cursor.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        return
+    finally:
+        raw.close()
+    engine.dispose()  # connections opened before the switch set synchronous for the old mode
+
+
+def _sqlite_connect(dbapi_connection, connection_record) -> None:
+    dbapi_connection.isolation_level = None  # the "begin" listener emits BEGIN, for DDL and SELECT too
+    cursor = dbapi_connection.cursor()
+    if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(connection) -> None:
+    mode = connection.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+    connection.exec_driver_sql(f"BEGIN {mode}")
