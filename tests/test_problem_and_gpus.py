@@ -58,3 +58,19 @@ def test_spec_limits_are_consistent():
         assert spec.smem_per_block == 48 * 1024
         assert spec.smem_per_block < spec.smem_per_block_optin <= spec.smem_per_sm
     assert not GPUS["t4"].has_cp_async and GPUS["a100"].has_cp_async
+
+
+@pytest.mark.parametrize("text", ["46341", "65536x32768x1", "1x2147483648x1", "123456789012345"])
+def test_shapes_past_32_bit_indexing_name_the_limit(text):
+    with pytest.raises(InputError, match="2147483647"):
+        parse_shape(text)
+
+
+def test_the_largest_32_bit_shapes_are_accepted():
+    assert parse_shape("46340") == (46340, 46340, 46340)
+    assert parse_shape("1x2147483647x1") == (1, 2147483647, 1)
+    with pytest.raises(InputError, match="shape"):
+        GemmProblem(46341, 46341, 1)
+    with pytest.raises(InputError):
+        GemmProblem(True, 1, 1)
+
