@@ -23,9 +23,11 @@ def attached_device_name(index: int = 0) -> str:
 
 
 def attached_gpu(index: int = 0) -> GpuSpec:
-    """The spec of the attached GPU, for ``--gpu auto``."""
+    """The built-in spec of the attached GPU, for ``--gpu auto`` in offline commands (NVML gives the
+    name, not the limits a spec needs: see :func:`autotune.gpus.spec_from_properties` for GPU commands)."""
     name = attached_device_name(index)
     spec = spec_for_device(name)
     if spec is None:
-        raise InputError("--gpu auto", name, f"a known GPU ({', '.join(GPUS)}); name the closest one")
+        raise InputError("--gpu auto", name, f"for offline commands, a GPU with a built-in spec ({', '.join(GPUS)}): "
+                         "name the closest one (search and ladder read any other GPU's limits from the device)")
     return spec

@@ -7,10 +7,13 @@ and the product data sheets.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from autotune.errors import InputError
 
 KB = 1024
+MIN_ARCH = 75  # Turing: the oldest GPUs the kernel families are written for
+FAKE_SUFFIX = "-fake"  # the fake backend's GPU: "h200-fake" keeps its made-up results apart from an H200's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +60,55 @@ AUTO = "auto"
 
 
 def gpu_spec(key: str) -> GpuSpec:
-    """Look up a GPU by CLI name; unknown names raise InputError listing the choices."""
-    try:
-        return GPUS[key.lower()]
-    except KeyError:
-        raise InputError("--gpu", key, ", ".join([*GPUS, AUTO])) from None
+    """Look up a GPU by CLI name; unknown names raise InputError listing the choices.
+
+    ``h200-fake`` (any known key with ``-fake``) is that GPU as the fake backend plays it:
+    the same limits under the key its results are stored with.
+    """
+    wanted = key.lower()
+    real = wanted.removesuffix(FAKE_SUFFIX)
+    if real not in GPUS:
+        raise InputError("--gpu", key, ", ".join([*GPUS, AUTO]))
+    return GPUS[real] if real == wanted else dataclasses.replace(GPUS[real], key=wanted)
+
+
+def device_key(device_name: str) -> str:
+    """A key for a device name: ``"NVIDIA RTX A6000"`` -> ``"rtx-a6000"`` (lower case, words joined
+    by ``-``, the vendor dropped); ``"gpu"`` when nothing is left."""
+    words = re.findall(r"[a-z0-9]+", device_name.lower())
+    if words[:1] == ["nvidia"]:
+        words = words[1:]
+    return "-".join(words)[:48].strip("-") or "gpu"
+
+
+def arch_number(arch: str) -> int:
+    """``"sm_86"`` -> 86, ``"sm_90a"`` -> 90; InputError for anything else."""
+    match = re.fullmatch(r"sm_(\d{2,3})[a-z]?", arch)
+    if not match:
+        raise InputError("GPU architecture", arch, "sm_XY as a CUDA device reports it")
+    return int(match.group(1))
+
+
+def spec_from_properties(device_name: str, arch: str, properties: dict) -> GpuSpec:
+    """A spec for a GPU with no built-in one, from the properties its CUDA device reports
+    (``GpuWorker.device_properties()``: shared memory per block, opt-in and per SM, registers,
+    SM count, threads, L2), keyed by :func:`device_key`.
+
+    Raises:
+        InputError: the GPU is older than sm_75, or a property is missing or not a positive integer.
+    """
+    number = arch_number(arch)
+    if number < MIN_ARCH:
+        raise InputError("--gpu", device_name, f"an NVIDIA GPU of sm_{MIN_ARCH} or newer (this one is {arch})")
+    fields = ("sms", "smem_per_block", "smem_per_block_optin", "smem_per_sm", "regs_per_sm", "regs_per_block",
+              "max_threads_per_block", "max_threads_per_sm", "l2_bytes")
+    values = {}
+    for field in fields:
+        value = properties.get(field)
+        if type(value) is not int or value < 1:
+            raise InputError(f"device property {field} of {device_name!r}", value, "a positive integer")
+        values[field] = value
+    return GpuSpec(key=device_key(device_name), marketing_name=device_name, arch=number, **values)
 
 
 def spec_for_device(device_name: str) -> GpuSpec | None:

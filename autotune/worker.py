@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy
 
 from autotune.errors import AutotuneError, FailureClass, NoGpuError
-from autotune.gpus import spec_for_device
+from autotune.gpus import FAKE_SUFFIX, device_key, spec_for_device
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
 from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapError, TensorMapSpec, encode, fits_tma
@@ -203,7 +203,9 @@ class FakeBackend:
         self.device = device
 
     def hello(self) -> dict:
+        """A made-up H200, marked ``simulated`` so its results are stored apart from a real one's."""
         return {
+            "simulated": True,
             "name": "NVIDIA H200 (fake)",
             "arch": "sm_90",
             "driver": "0.0 (fake)",
@@ -726,11 +728,17 @@ class GpuWorker:
         raise WorkerStartError(f"the GPU worker failed to start: {payload}")
 
     def environment(self) -> Environment:
-        """The machine as the child sees it (starts the child if needed)."""
+        """The machine as the child sees it (starts the child if needed).
+
+        ``gpu_key`` is the built-in spec's key (``h200``), or one made from the device name
+        (``rtx-a6000``) for a GPU without one; a simulated device (the fake backend) gets
+        ``-fake`` after it (``h200-fake``), so its results never mix with a real GPU's.
+        """
         info = self._device_info()
         spec = spec_for_device(info["name"])
+        key = spec.key if spec else device_key(info["name"])
         return Environment(
-            gpu_key=spec.key if spec else "unknown",
+            gpu_key=key + FAKE_SUFFIX if info.get("simulated") else key,
             gpu_name=info["name"],
             arch=info["arch"],
             driver=info["driver"],

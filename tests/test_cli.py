@@ -108,7 +108,7 @@ def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "6 configs evaluated on the GPU" in resumed.stdout  # 4 earlier + 2 new: the same study
 
-    query = autotune("query", "--gpu", "h200", "--shape", "100x60x40", "--db", db, "--json")
+    query = autotune("query", "--gpu", "h200-fake", "--shape", "100x60x40", "--db", db, "--json")
     assert query.returncode == 0, query.stderr
     rows = json.loads(query.stdout)
     assert 1 <= len(rows) <= 6
@@ -152,13 +152,13 @@ def test_pareto_search_and_energy_queries_with_the_fake_backend(tmp_path):
     assert "mJ per GEMM" in search.stdout and "cuBLAS:" in search.stdout
     assert "time/energy front" in search.stdout
 
-    front = autotune("query", "--gpu", "h200", "--shape", "96x64x32", "--db", db, "--objective", "pareto", "--json")
+    front = autotune("query", "--gpu", "h200-fake", "--shape", "96x64x32", "--db", db, "--objective", "pareto", "--json")
     assert front.returncode == 0, front.stderr
     report = json.loads(front.stdout)
     assert report["rows"] and report["cublas"]["config_name"] == "cublas"
     assert all(r["energy_per_gemm_j"] > 0 and r["mean_power_w"] > 0 for r in report["rows"])
 
-    frugal = autotune("query", "--gpu", "h200", "--shape", "96x64x32", "--db", db, "--objective", "energy")
+    frugal = autotune("query", "--gpu", "h200-fake", "--shape", "96x64x32", "--db", db, "--objective", "energy")
     assert frugal.returncode == 0 and "most frugal configs" in frugal.stdout
 
     time_study = autotune("search", "--gpu", "h200", "--shape", "96x64x32", "--backend", "fake", "--db", db,

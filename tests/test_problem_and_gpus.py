@@ -1,7 +1,7 @@
 import pytest
 
 from autotune.errors import InputError
-from autotune.gpus import GPUS, gpu_spec, spec_for_device
+from autotune.gpus import GPUS, device_key, gpu_spec, spec_for_device, spec_from_properties
 from autotune.problem import GemmProblem, make_problem, parse_shape
 
 
@@ -74,3 +74,36 @@ def test_the_largest_32_bit_shapes_are_accepted():
     with pytest.raises(InputError):
         GemmProblem(True, 1, 1)
 
+
+def test_the_fake_gpu_has_the_real_ones_limits_under_its_own_key():
+    fake = gpu_spec("h200-fake")
+    assert fake.key == "h200-fake" and fake.smem_per_block_optin == GPUS["h200"].smem_per_block_optin
+    with pytest.raises(InputError, match="'v100-fake'"):
+        gpu_spec("v100-fake")
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA RTX A6000", "rtx-a6000"), ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
+    ("NVIDIA L40S", "l40s"), ("Tesla V100-SXM2-16GB", "tesla-v100-sxm2-16gb"), ("NVIDIA", "gpu"),
+    ("NVIDIA B200 (x; rm -rf ~)", "b200-x-rm-rf"),
+])
+def test_device_keys_are_made_from_names(name, key):
+    assert device_key(name) == key
+
+
+PROPERTIES = {"sms": 142, "smem_per_block": 49152, "smem_per_block_optin": 101376, "smem_per_sm": 102400,
+              "regs_per_sm": 65536, "regs_per_block": 65536, "max_threads_per_block": 1024,
+              "max_threads_per_sm": 1536, "l2_bytes": 96 * 1024 * 1024, "pci_bus_id": "0000:01:00.0"}
+
+
+def test_a_spec_from_device_properties():
+    spec = spec_from_properties("NVIDIA L40S", "sm_89", PROPERTIES)
+    assert (spec.key, spec.sm, spec.sms, spec.smem_per_block_optin, spec.l2_bytes) == \
+        ("l40s", "sm_89", 142, 101376, 96 * 1024 * 1024)
+    assert spec_from_properties("NVIDIA B200", "sm_100a", PROPERTIES).arch == 100
+    with pytest.raises(InputError, match="sm_75 or newer"):
+        spec_from_properties("Tesla V100", "sm_70", PROPERTIES)
+    with pytest.raises(InputError, match="smem_per_block_optin"):
+        spec_from_properties("NVIDIA L40S", "sm_89", {**PROPERTIES, "smem_per_block_optin": 0})
+    with pytest.raises(InputError, match="'compute_89'"):
+        spec_from_properties("NVIDIA L40S", "compute_89", PROPERTIES)

@@ -25,19 +25,19 @@ def test_rejections_do_not_use_the_budget_and_a_rerun_resumes(tmp_path, worker):
     first = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=3)).run()
     assert first.evaluated == 12
     assert first.failures.get(FailureClass.REJECTED.value, 0) > 0  # asked, rejected, not counted
-    counts = store.failure_counts("h200", problem)
+    counts = store.failure_counts("h200-fake", problem)
     assert counts[FailureClass.REJECTED.value] == first.failures[FailureClass.REJECTED.value]
-    candidates = {row.config_name for row in store.best("h200", problem, limit=100)}
+    candidates = {row.config_name for row in store.best("h200-fake", problem, limit=100)}
     assert len(candidates) == 12  # every GPU evaluation is a distinct config
-    assert all(space.check(space.config(r.params), gpu).feasible for r in store.best("h200", problem, limit=100))
+    assert all(space.check(space.config(r.params), gpu).feasible for r in store.best("h200-fake", problem, limit=100))
 
     again = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=3)).run()
     assert again.evaluated == 12 and again.study_name == first.study_name  # nothing new to do
-    assert len({row.config_name for row in store.best("h200", problem, limit=100)}) == 12
+    assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 12
 
     more = Search(space, gpu, problem, store, worker, SearchSettings(trials=14, jobs=2, seed=3)).run()
     assert more.evaluated == 14
-    assert len({row.config_name for row in store.best("h200", problem, limit=100)}) == 14
+    assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 14
 
 
 class RecordingWorker:
@@ -98,4 +98,4 @@ def test_a_template_that_never_compiles_stops_the_search_with_nvrtcs_error(tmp_p
     with pytest.raises(SearchError, match=r"sgemm.cu.j2 does not compile .* 4 candidates in a row .*\.cu\(\d+\): error"):
         Search(space, gpu_spec("h200"), problem, store, worker,
                SearchSettings(trials=20, jobs=2, seed=1, max_compile_errors=4)).run()
-    assert store.failure_counts("h200", problem)[FailureClass.COMPILE_ERROR.value] == 4  # each one recorded
+    assert store.failure_counts("h200-fake", problem)[FailureClass.COMPILE_ERROR.value] == 4  # each one recorded

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from autotune.errors import GpuMismatchError, InputError
-from autotune.gpus import AUTO, GPUS, GpuSpec, gpu_spec
+from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
 from autotune.problem import DTYPES
 from autotune.records import Environment
 from autotune.space import SearchSpace, families_for_dtype, load_space
@@ -45,14 +46,25 @@ def requested_gpu(name: str) -> GpuSpec | None:
     return None if name.lower() == AUTO else gpu_spec(name)
 
 
-def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str) -> GpuSpec:
-    """The spec of the GPU the worker found; an error if it is not the one asked for."""
-    if requested is not None and requested.key != env.gpu_key:
+def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
+                      properties: dict | None = None) -> GpuSpec:
+    """The spec of the GPU the worker found; an error if it is not the one asked for.
+
+    A GPU without a built-in spec gets one from its device ``properties``
+    (``GpuWorker.device_properties()``); without them it is refused. The fake backend's
+    GPU (``env.gpu_key`` ``h200-fake``) answers to ``--gpu h200`` and comes back under
+    its own key, so its results are kept apart from the real GPU's.
+    """
+    simulated = env.gpu_key.endswith(FAKE_SUFFIX)
+    real_key = env.gpu_key.removesuffix(FAKE_SUFFIX)
+    if requested is not None and requested.key not in (env.gpu_key, real_key):
         raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)
-    gpu = requested or GPUS.get(env.gpu_key)
+    gpu = requested or GPUS.get(real_key)
+    if gpu is None and properties is not None:
+        gpu = spec_from_properties(env.gpu_name, env.arch, properties)
     if gpu is None:
         raise InputError("--gpu", name, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
-    return gpu
+    return dataclasses.replace(gpu, key=env.gpu_key) if simulated else gpu
 
 
 def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:

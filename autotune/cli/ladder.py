@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     with GpuWorker(backend=args.backend) as worker:
         env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu)
+        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
         rungs, cublas = climb(worker, store, gpu, problem, repeats=args.repeats)
     cublas_ms = cublas.timing.median_ms
     print(f"ladder for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), driver {env.driver}, "
