@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 
-from autotune.errors import GpuMismatchError, InputError
+from autotune.errors import DatabaseError, GpuMismatchError, InputError
 from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
 from autotune.problem import DTYPES
 from autotune.records import Environment
-from autotune.space import SearchSpace, families_for_dtype, load_space
+from autotune.space import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
 from autotune.survey import survey
 
 EXIT_USAGE = 2
@@ -29,7 +31,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, 
     parser.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     if family:
-        parser.add_argument("--family", help="kernel family (default: the one for --dtype)")
+        parser.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own "
+                                             "space file, e.g. ./my_space.toml (default: the one for --dtype)")
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -68,11 +71,13 @@ def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
 
 
 def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
-    """``--family``, or the highest-priority family for ``--dtype`` that can run on ``gpu``."""
+    """``--family`` (a shipped family's name or the path of a space file, see
+    :func:`~autotune.space.resolve_family`), or the highest-priority family for ``--dtype``
+    that can run on ``gpu``."""
     if args.family:
-        space = load_space(args.family)
+        space = resolve_family(args.family)
         if space.dtype != args.dtype:
-            raise InputError("--family", args.family, f"a family for {args.dtype}: "
+            raise InputError("--family", args.family, f"a family for {args.dtype} ({space.family} is {space.dtype}): "
                              + ", ".join(families_for_dtype(args.dtype)))
         return space
     families = families_for_dtype(args.dtype)
@@ -87,9 +92,7 @@ def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
 
 
 def all_families() -> list[str]:
-    from autotune.data_files import data_dir
-
-    return sorted(p.stem for p in data_dir("search_spaces").glob("*.toml"))
+    return list(shipped_families())
 
 
 def offline_gpu(name: str) -> GpuSpec:
@@ -106,7 +109,51 @@ def require_positive(what: str, value: int | float | None) -> None:
         raise InputError(what, value, "a number > 0")
 
 
-def open_store(url: str | None):
-    from autotune.db import ResultStore, default_url
+_PASSWORD_IN_AUTHORITY = re.compile(r"(://[^/?#@:\s]*:)[^@/\s]*@")
+_SECRET_IN_QUERY = re.compile(r"([?&][^=&#\s]*(?:password|passwd|pwd|secret|token)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE)
 
-    return ResultStore(url or default_url())
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: any password (``user:PASSWORD@host``, or a query parameter named like
+    one) replaced by ``***``. Works on text that does not parse as a URL too."""
+    text = _PASSWORD_IN_AUTHORITY.sub(r"\1***@", str(url))
+    return _SECRET_IN_QUERY.sub(r"\1***", text)
+
+
+def database_url(url: str | None) -> str:
+    """``--db``, else ``$AUTOTUNE_DB`` (a URL such as ``postgresql://user@host/db`` as it is, a
+    file name as SQLite), else the default file (see README)."""
+    from autotune.db import default_url
+
+    if url:
+        return url
+    if "://" in os.environ.get("AUTOTUNE_DB", ""):
+        return os.environ["AUTOTUNE_DB"]
+    return default_url()
+
+
+def open_store(url: str | None):
+    """The result store at :func:`database_url`; errors never show the URL's password."""
+    from autotune.db import ResultStore
+
+    url = database_url(url)
+    try:
+        return ResultStore(url)
+    except DatabaseError as error:
+        raise DatabaseError(_without_secrets(str(error), url)) from None
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """``text`` with ``url`` shown masked, and any password of it that still shows replaced by ``***``."""
+    text = shown_url(text.replace(url, shown_url(url)))
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _secrets(url: str) -> list[str]:
+    from urllib.parse import unquote
+
+    found = [m.group(0)[len(m.group(1)):-1] for m in _PASSWORD_IN_AUTHORITY.finditer(url)]
+    found += [m.group(0)[len(m.group(1)):] for m in _SECRET_IN_QUERY.finditer(url)]
+    return [s for secret in found if secret for s in {secret, unquote(secret)} if len(s) >= 3]
