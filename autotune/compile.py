@@ -16,8 +16,11 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import struct
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -173,7 +176,8 @@ class CompilePool:
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
         self._executor = concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
+            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_follow_parent, initargs=(os.getpid(),),
         )
 
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
@@ -187,10 +191,82 @@ class CompilePool:
             yield future.result()
 
     def close(self) -> None:
+        self._restore_signals()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> CompilePool:
+        self._stop_on_signals()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:  # interrupted, terminated or failed: compiles still running are not wanted
+            self.terminate()
         self.close()
+
+    # -- stopping on SIGTERM and SIGINT ---------------------------------------------------
+
+    def terminate(self) -> None:
+        """Stop every compile process now, finished or not; the pool takes no more work."""
+        processes = self._children()
+        self._kill(processes)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(STOP_WAIT_S)
+            if process.is_alive():
+                process.kill()
+                process.join(STOP_WAIT_S)
+
+    def _children(self) -> list:
+        return list((getattr(self._executor, "_processes", None) or {}).values())
+
+    @staticmethod
+    def _kill(processes: list) -> None:
+        for process in processes:
+            try:
+                process.terminate()
+            except (OSError, ValueError, AttributeError):  # already gone, or never started
+                pass
+
+    def _stop_on_signals(self) -> None:
+        """While the pool is open, SIGTERM and SIGINT stop its processes before they end this one
+        (SIGINT then raises KeyboardInterrupt as usual, SIGTERM exits with 128 + 15). Only the
+        main thread can set handlers; elsewhere the children's watch on their parent is the guard."""
+        self._previous_handlers: dict[int, object] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(signum)
+            if previous in (signal.SIG_IGN, None):
+                continue
+            self._previous_handlers[signum] = previous
+            signal.signal(signum, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for signum, previous in getattr(self, "_previous_handlers", {}).items():
+            signal.signal(signum, previous)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum: int, frame) -> None:
+        previous = self._previous_handlers.get(signum, signal.SIG_DFL)
+        self._kill(self._children())  # no locks here: the interrupted code may hold the executor's
+        self._restore_signals()
+        if callable(previous):
+            previous(signum, frame)  # SIGINT's default raises KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+
+STOP_WAIT_S = 5.0
+_PARENT_POLL_S = 0.5
+
+
+def _follow_parent(parent_pid: int) -> None:
+    """Set up a compile process: leave SIGINT to the parent (which stops the pool), and exit
+    as soon as the parent is gone, however it ended."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
