@@ -12,12 +12,12 @@ import dataclasses
 
 from autotune.compile import CompilePool
 from autotune.db import ResultStore
-from autotune.errors import SearchError
+from autotune.errors import InputError, SearchError
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.render import render
-from autotune.space import Config, load_space
+from autotune.space import Config, load_space, shipped_families
 from autotune.study import kernel_task
 from autotune.worker import CublasTask, GpuWorker
 
@@ -87,13 +87,18 @@ def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProb
 
 
 def _tuned_config(store: ResultStore, gpu: GpuSpec, problem: GemmProblem) -> Config | None:
-    """The fastest recorded config of a searchable family (not a ladder step) that still passes the rules."""
+    """The fastest recorded config of a shipped searchable family (not a ladder step) that still
+    passes the rules. A row's family is a name, never a path: rows of families that do not ship
+    with autotune, or whose knob values the family no longer has, are passed over."""
     rungs = {load_space(step.family).config(step.params).name for steps in LADDERS.values() for step in steps}
     for row in store.best(gpu.key, problem, limit=50):
-        if row.config_name in rungs:
+        if row.config_name in rungs or row.family not in shipped_families():
             continue
         space = load_space(row.family)
-        config = space.config(row.params)
+        try:
+            config = space.config(row.params)
+        except InputError:
+            continue
         if space.check(config, gpu, problem).feasible:
             return config
     return None
