@@ -1,9 +1,11 @@
+from pathlib import Path
+
 import pytest
 
 from autotune.errors import InputError, SpaceError
 from autotune.gpus import gpu_spec
 from autotune.problem import make_problem
-from autotune.space import SearchSpace, load_space
+from autotune.space import SearchSpace, load_space, resolve_family
 from autotune.survey import feasible_configs
 
 T4, H200 = gpu_spec("t4"), gpu_spec("h200")
@@ -172,3 +174,42 @@ def test_tensor_map_spec_validates_and_knows_operand_shapes():
         with pytest.raises(ValueError):
             TensorMapSpec(**{"name": "x", "operand": "A", "box": (64, 64), "swizzle": 128, **bad})
     assert fits_tma(0x1000, 8, 2) and not fits_tma(0x1008, 8, 2) and not fits_tma(0x1000, 12, 2)
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "column_sgemm" / "column_sgemm.toml"
+
+
+def test_the_example_family_loads_from_its_path_and_compiles_offline():
+    from autotune.compile import CompileFailure, compile_kernel
+    from autotune.render import render
+
+    space = resolve_family(str(EXAMPLE))
+    assert (space.family, space.dtype, space.template_dir) == ("column_sgemm", "f32", EXAMPLE.parent)
+    for gpu in (T4, H200):
+        feasible = feasible_configs(space, gpu)
+        assert len(feasible) == space.size - 2  # 64x64 tiles of 2 rows a thread need 2048 threads
+        for config in [space.seeds[0], feasible[0], feasible[-1]]:
+            source = render(space, config, gpu)
+            assert f"{config.name}(" in source.code and source.target == gpu.sm
+            compiled = compile_kernel(source)
+            assert not isinstance(compiled, CompileFailure), compiled.message
+            assert compiled.resources.spill_stores == 0
+            assert compiled.resources.smem_static == space.values(config, gpu)["SMEM_BYTES"]
+
+
+@pytest.mark.gpu
+def test_the_example_family_is_searched_and_verified_on_the_gpu(tmp_path):
+    from test_cli import autotune
+
+    result = autotune("search", "--gpu", "auto", "--shape", "300x200x100", "--family", str(EXAMPLE),
+                      "--trials", "6", "--jobs", "4", "--db", f"sqlite:///{tmp_path}/r.db")
+    assert result.returncode == 0, result.stderr
+    assert "best: column_sgemm_" in result.stdout and "wrong_answer" not in result.stdout
+
+
+def test_a_family_named_on_the_command_line_is_a_name_or_a_path(tmp_path):
+    assert resolve_family("hgemm_mma") is load_space("hgemm_mma")
+    with pytest.raises(InputError, match="or the path of a space file"):
+        resolve_family("my_space")  # neither shipped nor a path
+    with pytest.raises(InputError, match="no such file"):
+        resolve_family("./my_space")
