@@ -732,15 +732,17 @@ class GpuWorker:
 
         ``gpu_key`` is the built-in spec's key (``h200``), or one made from the device name
         (``rtx-a6000``) for a GPU without one; a simulated device (the fake backend) gets
-        ``-fake`` after it (``h200-fake``), so its results never mix with a real GPU's.
+        ``-fake`` after its key and its arch (``h200-fake``, ``sm_90-fake``), so its results
+        never mix with a real GPU's, nor stand in for those of a real architecture.
         """
         info = self._device_info()
         spec = spec_for_device(info["name"])
         key = spec.key if spec else device_key(info["name"])
+        suffix = FAKE_SUFFIX if info.get("simulated") else ""
         return Environment(
-            gpu_key=key + FAKE_SUFFIX if info.get("simulated") else key,
+            gpu_key=key + suffix,
             gpu_name=info["name"],
-            arch=info["arch"],
+            arch=info["arch"] + suffix,
             driver=info["driver"],
             cuda_runtime=info["cuda_runtime"],
             nvrtc=info["nvrtc"],

@@ -135,7 +135,7 @@ def test_close_after_a_timeout_leaves_no_child_alive():
 
 def test_fake_environment_and_properties(fake):
     env = fake.environment()
-    assert env.gpu_key == "h200-fake" and env.arch == "sm_90"  # kept apart from a real H200
+    assert env.gpu_key == "h200-fake" and env.arch == "sm_90-fake"  # kept apart from a real H200
     props = fake.device_properties()
     assert props["sms"] == 132 and props["smem_per_block_optin"] == 232448 and props["l2_bytes"] > 0
 

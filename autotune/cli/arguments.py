@@ -64,7 +64,7 @@ def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
         raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)
     gpu = requested or GPUS.get(real_key)
     if gpu is None and properties is not None:
-        gpu = spec_from_properties(env.gpu_name, env.arch, properties)
+        gpu = spec_from_properties(env.gpu_name, env.arch.removesuffix(FAKE_SUFFIX), properties)
     if gpu is None:
         raise InputError("--gpu", name, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
     return dataclasses.replace(gpu, key=env.gpu_key) if simulated else gpu
