@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import re
 
 from autotune.errors import DatabaseError, GpuMismatchError, InputError
@@ -120,23 +119,12 @@ def shown_url(url: str) -> str:
     return _SECRET_IN_QUERY.sub(r"\1***", text)
 
 
-def database_url(url: str | None) -> str:
-    """``--db``, else ``$AUTOTUNE_DB`` (a URL such as ``postgresql://user@host/db`` as it is, a
-    file name as SQLite), else the default file (see README)."""
-    from autotune.db import default_url
-
-    if url:
-        return url
-    if "://" in os.environ.get("AUTOTUNE_DB", ""):
-        return os.environ["AUTOTUNE_DB"]
-    return default_url()
-
-
 def open_store(url: str | None):
-    """The result store at :func:`database_url`; errors never show the URL's password."""
-    from autotune.db import ResultStore
+    """The result store at ``url`` (by default :func:`autotune.db.default_url`); its errors never
+    show the URL's password."""
+    from autotune.db import ResultStore, default_url
 
-    url = database_url(url)
+    url = url or default_url()
     try:
         return ResultStore(url)
     except DatabaseError as error:
