@@ -292,7 +292,7 @@ def test_a_bad_space_file_on_the_command_line_is_one_line(tmp_path):
     ("postgresql://u@h/d", "postgresql://u@h/d"),
 ])
 def test_shown_url_masks_passwords(url, shown):
-    from autotune.cli.arguments import shown_url
+    from autotune.urls import shown_url
 
     assert shown_url(url) == shown
     assert SECRET not in shown_url(url)
@@ -315,12 +315,6 @@ def test_database_errors_of_commands_that_open_a_store_hide_the_password(tmp_pat
         assert SECRET not in result.stdout + result.stderr
 
 
-SWITCH_TO_SHOWN_URL = pytest.mark.xfail(
-    strict=True, reason="ResultStore.shown_url, which query, table and results print, keeps a password in the "
-                        "query string; it switches to autotune.cli.arguments.shown_url")
-
-
-@SWITCH_TO_SHOWN_URL
 @pytest.mark.parametrize("command", ["query", "table", "results import"])
 def test_commands_that_print_the_database_hide_its_password(tmp_path, command):
     one_line = tmp_path / "one.jsonl"

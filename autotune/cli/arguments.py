@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 
+from autotune.urls import without_secrets
 from autotune.errors import DatabaseError, GpuMismatchError, InputError
 from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
 from autotune.problem import DTYPES
@@ -108,15 +108,6 @@ def require_positive(what: str, value: int | float | None) -> None:
         raise InputError(what, value, "a number > 0")
 
 
-_PASSWORD_IN_AUTHORITY = re.compile(r"(://[^/?#@:\s]*:)[^@/\s]*@")
-_SECRET_IN_QUERY = re.compile(r"([?&][^=&#\s]*(?:password|passwd|pwd|secret|token)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE)
-
-
-def shown_url(url: str) -> str:
-    """``url`` fit to print: any password (``user:PASSWORD@host``, or a query parameter named like
-    one) replaced by ``***``. Works on text that does not parse as a URL too."""
-    text = _PASSWORD_IN_AUTHORITY.sub(r"\1***@", str(url))
-    return _SECRET_IN_QUERY.sub(r"\1***", text)
 
 
 def open_store(url: str | None):
@@ -128,20 +119,4 @@ def open_store(url: str | None):
     try:
         return ResultStore(url)
     except DatabaseError as error:
-        raise DatabaseError(_without_secrets(str(error), url)) from None
-
-
-def _without_secrets(text: str, url: str) -> str:
-    """``text`` with ``url`` shown masked, and any password of it that still shows replaced by ``***``."""
-    text = shown_url(text.replace(url, shown_url(url)))
-    for secret in _secrets(url):
-        text = text.replace(secret, "***")
-    return text
-
-
-def _secrets(url: str) -> list[str]:
-    from urllib.parse import unquote
-
-    found = [m.group(0)[len(m.group(1)):-1] for m in _PASSWORD_IN_AUTHORITY.finditer(url)]
-    found += [m.group(0)[len(m.group(1)):] for m in _SECRET_IN_QUERY.finditer(url)]
-    return [s for secret in found if secret for s in {secret, unquote(secret)} if len(s) >= 3]
+        raise DatabaseError(without_secrets(str(error), url)) from None

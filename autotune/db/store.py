@@ -33,6 +33,7 @@ from autotune.db import retry, rows, schema
 from autotune.db.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
 from autotune.db.models import CANDIDATE, CUBLAS, EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError
+from autotune.urls import shown_url
 from autotune.problem import GemmProblem
 from autotune.space import Config
 
@@ -126,7 +127,7 @@ class ResultStore:
         except (SQLAlchemyError, ValueError) as exc:
             raise DatabaseError(f"cannot open database '{_masked(url)}': {_one_line(exc)}") from exc
         self._password = parsed.password
-        self._shown = parsed.render_as_string(hide_password=True)
+        self._shown = shown_url(parsed.render_as_string(hide_password=True))
         self._engine = self._create_engine(parsed)
         if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
             self.url = self._engine.url.render_as_string(hide_password=False)
