@@ -167,13 +167,28 @@ def _store(cubin_path: Path, meta_path: Path, compiled: CompiledKernel) -> None:
     tmp.replace(meta_path)
 
 
+COMPILE_NICENESS = 5  # compile processes yield the CPU to the GPU worker and the search loop
+
+
+def _lower_priority() -> None:
+    """Run this compile process at a lower priority, so that it never delays a GPU launch."""
+    try:
+        os.nice(COMPILE_NICENESS)
+    except OSError:  # not permitted here: compile at normal priority
+        pass
+
+
 class CompilePool:
-    """Compile many kernels in parallel CPU processes (NVRTC is single-threaded per program)."""
+    """Compile many kernels in parallel CPU processes (NVRTC is single-threaded per program).
+
+    The processes run at a lower priority (``COMPILE_NICENESS``) than the process that made
+    the pool, so that compiling on every core never delays the GPU worker.
+    """
 
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
         self._executor = concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn")
+            max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
         )
 
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
