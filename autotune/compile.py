@@ -191,6 +191,11 @@ class CompilePool:
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
         )
 
+    def warm_up(self) -> None:
+        """Start the processes and load NVRTC in them now, while the caller has other things to do."""
+        for _ in range(self.jobs):
+            self._executor.submit(nvrtc_version)
+
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
         return self._executor.submit(compile_kernel, source, arch)
 
@@ -201,8 +206,15 @@ class CompilePool:
         for future in futures:
             yield future.result()
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool = True) -> None:
+        """Shut the pool down: compiles not started are cancelled; running ones are waited for, or with
+        ``wait=False`` stopped (their processes terminated), for a caller that needs none of them."""
+        processes = list((getattr(self._executor, "_processes", None) or {}).values())
+        self._executor.shutdown(wait=wait, cancel_futures=True)
+        if not wait:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
 
     def __enter__(self) -> CompilePool:
         return self

@@ -27,6 +27,7 @@ class GpuLane:
     def __init__(self, index: int, worker, events: queue.Queue):
         self.index, self.worker, self.events = index, worker, events
         self.queued = 0
+        self.submitted = 0  # jobs ever submitted
         self.cublas_ms: float | None = None  # the reference this lane measured; sets its candidates' timeouts
         self._inbox: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name=f"autotune-lane{index}", daemon=True)
@@ -38,6 +39,7 @@ class GpuLane:
 
     def submit(self, tag: Any, job: Job) -> None:
         self.queued += 1
+        self.submitted += 1
         self._inbox.put((tag, job))
 
     def cancel_waiting(self, which: Callable[[Any], bool] = lambda tag: True) -> list[Any]:

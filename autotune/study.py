@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 import numpy
 
 from autotune.check import resource_violation
-from autotune.compile import CompiledKernel, CompileFailure, CompilePool, nvrtc_version
+from autotune.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
 from autotune.cubin import parameter_sizes
 from autotune.db import ResultStore
 from autotune.errors import FailureClass, SearchError
@@ -188,6 +188,11 @@ class Search:
 
     def run(self) -> SearchResult:
         started = time.monotonic()
+        with CompilePool(self.settings.jobs) as pool:
+            pool.warm_up()  # while the study opens
+            return self._run(pool, started)
+
+    def _run(self, pool: CompilePool, started: float) -> SearchResult:
         ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
                              self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
                              self.settings.grace_s, sampler=self.proposer.sampler)
@@ -196,17 +201,15 @@ class Search:
             ledger.fail_stale()
             view = ledger.view()
             progress = self._start_progress(view)
-            with CompilePool(self.settings.jobs) as pool:
-                self._compile_ahead(ledger, view, pool, lanes=1)  # while the GPU workers start
-                self._start_environment()
-                lanes = [GpuLane(i, worker, self._events) for i, worker in enumerate(self.workers)]
-                for lane in lanes:
-                    lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
-                self._loop(ledger, pool, lanes, started, progress)
-                self._stop_lanes(ledger, lanes, progress)
-                for future in self._compiling:
-                    future.cancel()
-                return self._result(ledger.view(), progress, pool, lanes[0].worker)
+            self._compile_ahead(ledger, view, pool, lanes=1)  # while the GPU workers start
+            self._start_environment()
+            lanes = [GpuLane(i, worker, self._events) for i, worker in enumerate(self.workers)]
+            for lane in lanes:
+                lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
+            self._loop(ledger, pool, lanes, started, progress)
+            self._stop_lanes(ledger, lanes, progress)
+            pool.close(wait=False)  # compiles still running are of no use now
+            return self._result(ledger.view(fresh=True), lanes[0].worker)
         finally:
             for lane in lanes:
                 lane.cancel_waiting()
@@ -288,22 +291,24 @@ class Search:
         budget is held in full (by this process or others) and candidates wait."""
         if self._cublas is None:
             return False  # candidates' timeouts and energy decisions need cuBLAS first
-        for lane in lanes:
-            while lane.queued < LANE_DEPTH and self._ready:
-                view = ledger.view()  # reserve() decides; this spares it trials it would release at once
-                if view.held >= self.settings.trials:
-                    return True
-                candidate = self._ready.popleft()
-                if candidate.config.name in view.taken:
-                    continue  # another process has it
-                slot = ledger.reserve(candidate.config, lane.device)
-                if slot.admission is Admission.FULL:
-                    self._ready.appendleft(candidate)  # a slot may free up if another process died
-                    return True
-                if slot.admission is Admission.DUPLICATE:
-                    continue  # another process has it
-                candidate.trial_id = slot.trial_id
-                lane.submit(candidate, functools.partial(self._evaluate, lane, candidate))
+        while self._ready:
+            lane = min(lanes, key=lambda lane: (lane.queued, lane.submitted))  # the least busy, in turn
+            if lane.queued >= LANE_DEPTH:
+                return False
+            view = ledger.view()  # reserve() decides; this spares it trials it would release at once
+            if view.held >= self.settings.trials:
+                return True
+            candidate = self._ready.popleft()
+            if candidate.config.name in view.taken:
+                continue  # another process has it
+            slot = ledger.reserve(candidate.config, lane.device)
+            if slot.admission is Admission.FULL:
+                self._ready.appendleft(candidate)  # a slot may free up if another process died
+                return True
+            if slot.admission is Admission.DUPLICATE:
+                continue  # another process has it
+            candidate.trial_id = slot.trial_id
+            lane.submit(candidate, functools.partial(self._evaluate, lane, candidate))
         return False
 
     def _fail_stale(self, ledger: StudyLedger) -> None:
@@ -500,7 +505,7 @@ class Search:
 
     # -- the closing measurement ------------------------------------------------------------
 
-    def _result(self, view: StudyView, progress: Progress, pool: CompilePool, worker) -> SearchResult:
+    def _result(self, view: StudyView, worker) -> SearchResult:
         """Measure the best config and cuBLAS again, side by side, for the reported ratio."""
         failures = dict(self.failures)
         common = dict(objective=self.objective.name, screened=self.proposer.rejected, raced=self.raced)
@@ -510,7 +515,7 @@ class Search:
             return SearchResult(self.name, view.evaluated, None, None, self._cublas, failures,
                                 cublas_window=self._cublas_window, **common)
         config = self.space.config(trial_params(self._best_trial(view)))
-        task = self._closing_task(config, pool)
+        task = self._closing_task(config)
         cublas_runs, kernel_runs = [], []
         for _ in range(FINAL_ROUNDS):  # alternated, so heat and power capping weigh on both alike
             cublas_runs.append(self._run_cublas(worker))
@@ -532,10 +537,11 @@ class Search:
         return SearchResult(self.name, view.evaluated, config, final, final_cublas, failures,
                             best_window=best_window, cublas_window=cublas_window, front=self._front(view), **common)
 
-    def _closing_task(self, config: Config, pool: CompilePool) -> KernelTask:
+    def _closing_task(self, config: Config) -> KernelTask:
+        """The best config's task: kept from this run, or compiled here (from the cache, mostly)."""
         if self._best_task is not None and self._best_task[0] == config.name:
             return self._best_task[1]
-        task = self._kernel_task(config, pool.submit(render(self.space, config, self.gpu)).result())
+        task = self._kernel_task(config, compile_kernel(render(self.space, config, self.gpu)))
         if isinstance(task, Failure):
             raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")
         return task

@@ -59,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
     make_objective(args.objective)
 
-    from autotune.study import Search, SearchSettings
     from autotune.worker import GpuWorker
 
     with contextlib.ExitStack() as stack:
@@ -67,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
                    for i in range(args.workers)]
         for worker in workers:
             worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
+        from autotune.study import Search, SearchSettings
+
         store = open_store(args.db)
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu)
         space = family_space(args, gpu)
