@@ -4,9 +4,10 @@ Each GPU evaluation holds a *slot*: before a candidate goes to a GPU, a RUNNING
 trial is created for it, and it runs only if fewer than ``budget`` slots come
 before it in the study (by trial id) and no earlier trial holds the same config.
 So the budget is global to the study and each config is evaluated once, however
-many processes on however many hosts share it; on SQLite, where writes are
-serialised, exactly. A slot whose candidate does not run is *released* (failed,
-never counted).
+many processes on however many hosts share it: Optuna creates a study's trials one
+at a time (it locks the study's row; SQLite serialises every write), so trial ids
+follow commit order and every process sees the same slots before its own. A slot
+whose candidate does not run is *released* (failed, never counted).
 
 Running trials are kept alive by Optuna heartbeats (``RDBStorage(heartbeat_interval,
 grace_period)``); a search that starts, or that waits for other processes' slots,
