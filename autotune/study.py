@@ -33,6 +33,7 @@ import math
 import operator
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +62,7 @@ LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
 READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
 BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left
 REFERENCE = "reference"  # the lane job that measures cuBLAS
+LANE_SWITCH_S = 0.001  # the thread switch interval during a search (Python's default 5 ms would idle a GPU)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,8 @@ class Search:
     ``worker`` is a :class:`~autotune.worker.GpuWorker` or a list of them (one per GPU,
     all of one model); workers may still be starting (:meth:`GpuWorker.begin`).
     ``on_environment`` is called with the GPU's environment once the first worker has
-    started, before anything is measured; it may raise to stop the search.
+    started, before anything is measured; it may raise to stop the search. ``pool`` is a
+    compile pool the caller started early (and closes); by default the search makes its own.
     """
 
     def __init__(
@@ -160,8 +163,10 @@ class Search:
         settings: SearchSettings,
         on_progress: Callable[[Progress], None] = lambda progress: None,
         on_environment: Callable[[Environment], None] = lambda env: None,
+        pool: CompilePool | None = None,
     ):
         self.space, self.gpu, self.problem = space, gpu, problem
+        self.pool = pool
         self.store, self.settings = store, settings
         self.workers = list(worker) if isinstance(worker, (list, tuple)) else [worker]
         self.on_progress, self.on_environment = on_progress, on_environment
@@ -188,9 +193,16 @@ class Search:
 
     def run(self) -> SearchResult:
         started = time.monotonic()
-        with CompilePool(self.settings.jobs) as pool:
-            pool.warm_up()  # while the study opens
-            return self._run(pool, started)
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(LANE_SWITCH_S)  # a lane hands its GPU the next candidate without waiting for the loop
+        try:
+            if self.pool is not None:
+                return self._run(self.pool, started)
+            with CompilePool(self.settings.jobs) as pool:
+                pool.warm_up()  # while the study opens
+                return self._run(pool, started)
+        finally:
+            sys.setswitchinterval(switch_interval)
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
         ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),

@@ -66,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
                    for i in range(args.workers)]
         for worker in workers:
             worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
+        from autotune.compile import CompilePool
         from autotune.study import Search, SearchSettings
 
+        pool = stack.enter_context(CompilePool(args.jobs))
+        pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
         store = open_store(args.db)
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu)
         space = family_space(args, gpu)
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
         progress = ProgressLine()
         search = Search(space, gpu, problem, store, workers, settings, on_progress=progress,
-                        on_environment=on_environment)
+                        on_environment=on_environment, pool=pool)
         try:
             result = search.run()
         finally:
