@@ -1,15 +1,18 @@
 """Search throughput: GPU evaluations per wall-clock second of a whole `autotune search` command.
 
 Each case runs `python -m autotune search` from a cold start: a fresh compile cache
-(a new, empty AUTOTUNE_CACHE) and a fresh results database, verification and timing
-as in any search. The figure is the GPU evaluations in the study over the wall time
-of the command, start to exit (Python start-up, GPU worker start, compiles, the
-closing measurement against cuBLAS and the exit included).
+(a new, empty AUTOTUNE_CACHE) and a fresh results database, both in a new temporary
+directory (local disk, as ~/.cache and ~/.local/share would be; the database is copied
+to the output folder afterwards), verification and timing as in any search. The figure
+is the GPU evaluations in the study over the wall time of the command, start to exit
+(Python start-up, GPU worker start, compiles, the closing measurement against cuBLAS
+and the exit included).
 
     python3 bench/throughput.py --out DIR [CASE...]     CASE: DTYPE:SIZE:TRIALS:TARGET, e.g. f32:4096:100:8
 
-Writes DIR/throughput.json, DIR/throughput.csv and DIR/throughput_DTYPE_SIZE.log (the
-command's output). Exits 1 when a case misses its target rate or fails.
+Writes DIR/throughput.json, DIR/throughput.csv, DIR/throughput_DTYPE_SIZE.log (the
+command's output) and DIR/throughput_DTYPE_SIZE.db (its results database). Exits 1 when
+a case misses its target rate or fails.
 """
 
 from __future__ import annotations
@@ -56,9 +59,8 @@ class Outcome:
 def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> Outcome:
     dtype, size, trials, target = case.split(":")
     name = f"throughput_{dtype}_{size}"
-    database = out / f"{name}.db"
-    database.unlink(missing_ok=True)
-    cache = Path(tempfile.mkdtemp(prefix="autotune-cold-cache-"))  # nothing compiled yet
+    scratch = Path(tempfile.mkdtemp(prefix="autotune-throughput-"))
+    cache, database = scratch / "cache", scratch / f"{name}.db"  # nothing compiled, nothing recorded yet
     command = [sys.executable, "-m", "autotune", "search", "--gpu", gpu, "--shape", size, "--dtype", dtype,
                "--trials", trials, "--db", f"sqlite:///{database.resolve()}", "--backend", backend]
     if jobs:
@@ -71,9 +73,11 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
     except subprocess.TimeoutExpired as expired:
         exit_code, stdout, stderr = 124, _text(expired.stdout), _text(expired.stderr) + "\ntimed out\n"
     wall_s = time.monotonic() - started
-    shutil.rmtree(cache, ignore_errors=True)
     (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stderr}{stdout}")
     evaluated = _evaluated(database)
+    if database.exists():
+        shutil.copy(database, out / database.name)
+    shutil.rmtree(scratch, ignore_errors=True)
     ratio = re.search(r"(\d+\.\d+)x cuBLAS \(", stdout)
     best = re.search(r"^best: (\S+)", stdout, re.M)
     counts = re.search(r"screened out by the static rules: (\d+) .*timing stopped early: (\d+)", stdout)
