@@ -237,8 +237,8 @@ class Search:
             self._learn_best(view)
             if view.evaluated >= self.settings.trials or self._out_of_time(started):
                 return
-            self._compile_ahead(ledger, view, pool, len(lanes))
-            full = self._dispatch(ledger, lanes)
+            full = self._dispatch(ledger, lanes)  # the GPUs first: proposing and compiling can wait
+            self._compile_ahead(ledger, ledger.view(), pool, len(lanes))
             idle = not (self._compiling or self._ready or any(lane.queued for lane in lanes))
             if idle and not view.running_elsewhere:
                 return  # every feasible config is taken, and no other process holds a slot
