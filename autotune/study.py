@@ -301,8 +301,8 @@ class Search:
     def _dispatch(self, ledger: StudyLedger, lanes: list[GpuLane]) -> bool:
         """Give each lane a candidate to run next, each holding a slot of the study; True when the
         budget is held in full (by this process or others) and candidates wait."""
-        if self._cublas is None:
-            return False  # candidates' timeouts and energy decisions need cuBLAS first
+        if self._cublas is None and self.objective.uses_energy:
+            return False  # energy decisions need cuBLAS's window first (a lane runs its own cuBLAS first anyway)
         while self._ready:
             lane = min(lanes, key=lambda lane: (lane.queued, lane.submitted))  # the least busy, in turn
             if lane.queued >= LANE_DEPTH:
