@@ -70,7 +70,7 @@ while [ $# -gt 0 ]; do
     throughput)
         cases=()
         while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do cases+=("$1"); shift; done
-        python3 bench/throughput.py --out "$OUT" "${cases[@]}" 2>&1 | tee "$OUT/throughput.txt" || status=1
+        python3 bench/throughput.py --out "$OUT" ${cases[@]+"${cases[@]}"} 2>&1 | tee "$OUT/throughput.txt" || status=1
         ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
