@@ -125,3 +125,28 @@ def test_slots_are_refused_past_the_budget_and_for_a_config_held_earlier(url):
         assert sum(holds_slot(t) for t in view.trials) == 2
     finally:
         ledger.close()
+
+
+def _open_ledger(url: str, barrier, results) -> None:
+    barrier.wait()  # every process creates Optuna's tables and the study at the same moment
+    try:
+        ledger = StudyLedger(url, "together", ["minimize"], {}, budget=1, heartbeat_s=1, grace_s=2)
+        ledger.close()
+        results.put(ledger.study_id)
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_searches_started_together_open_one_study(url):
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [context.Process(target=_open_ledger, args=(url, barrier, results)) for _ in range(6)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(30)
+    assert len(set(outcomes)) == 1 and isinstance(outcomes[0], int), outcomes
+    assert optuna.get_all_study_names(url) == ["together"]
