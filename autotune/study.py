@@ -453,7 +453,7 @@ class Search:
             values = self.objective.values(ms, mj)
             if self._best is None or ms < self._best[0]:
                 self._best = (ms, config.name)
-                self._best_task = (config.name, task)
+                self._best_task = (config.name, dataclasses.replace(task, race_ms=None))  # the closing never races
         ledger.finish(candidate.trial_id, attrs, values)
 
     def _record_compile_failure(self, ledger: StudyLedger, config: Config, failure: Failure) -> None:

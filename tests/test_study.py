@@ -82,10 +82,11 @@ class RecordingWorker:
     """Passes tasks to a real (fake-backend) worker and records their kinds in order."""
 
     def __init__(self, worker):
-        self.worker, self.kinds = worker, []
+        self.worker, self.kinds, self.tasks = worker, [], []
 
     def run(self, task, timeout_s):
         self.kinds.append(type(task).__name__)
+        self.tasks.append(task)
         return self.worker.run(task, timeout_s=timeout_s)
 
     def __getattr__(self, name):
@@ -101,6 +102,7 @@ def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, wor
                     SearchSettings(trials=3, jobs=2, seed=1)).run()
     tail = recording.kinds[-2 * FINAL_ROUNDS:]
     assert tail == ["CublasTask", "KernelTask"] * FINAL_ROUNDS
+    assert all(task.race_ms is None for task in recording.tasks[-2 * FINAL_ROUNDS + 1::2])  # no racing there
     samples = len(result.best.timing.samples_ms)
     assert samples >= FINAL_ROUNDS and samples % FINAL_ROUNDS == 0  # every round's launches pooled
 
