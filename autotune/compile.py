@@ -170,15 +170,35 @@ def _store(cubin_path: Path, meta_path: Path, compiled: CompiledKernel) -> None:
     tmp.replace(meta_path)
 
 
+COMPILE_NICENESS = 5  # compile processes yield the CPU to the GPU worker and the search loop
+
+
+def _lower_priority() -> None:
+    """Run this compile process at a lower priority, so that it never delays a GPU launch."""
+    try:
+        os.nice(COMPILE_NICENESS)
+    except OSError:  # not permitted here: compile at normal priority
+        pass
+
+
 class CompilePool:
-    """Compile many kernels in parallel CPU processes (NVRTC is single-threaded per program)."""
+    """Compile many kernels in parallel CPU processes (NVRTC is single-threaded per program).
+
+    The processes run at a lower priority (``COMPILE_NICENESS``) than the process that made
+    the pool, so that compiling on every core never delays the GPU worker.
+    """
 
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
         self._executor = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_follow_parent, initargs=(os.getpid(),),
+            initializer=_set_up_compile_process, initargs=(os.getpid(),),
         )
+
+    def warm_up(self) -> None:
+        """Start the processes and load NVRTC in them now, while the caller has other things to do."""
+        for _ in range(self.jobs):
+            self._executor.submit(nvrtc_version)
 
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
         return self._executor.submit(compile_kernel, source, arch)
@@ -190,9 +210,14 @@ class CompilePool:
         for future in futures:
             yield future.result()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Shut the pool down: compiles not started are cancelled; running ones are waited for, or with
+        ``wait=False`` stopped (their processes terminated), for a caller that needs none of them."""
         self._restore_signals()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if wait:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        else:
+            self.terminate()
 
     def __enter__(self) -> CompilePool:
         self._stop_on_signals()
@@ -257,6 +282,12 @@ class CompilePool:
 
 STOP_WAIT_S = 5.0
 _PARENT_POLL_S = 0.5
+
+
+def _set_up_compile_process(parent_pid: int) -> None:
+    """A compile process's start: a lower priority, and an exit of its own once the parent is gone."""
+    _lower_priority()
+    _follow_parent(parent_pid)
 
 
 def _follow_parent(parent_pid: int) -> None:

@@ -1,14 +1,24 @@
-"""The search: Optuna asks for configs, the pipeline evaluates them, Optuna is told.
+"""The search: proposals, a compile pipeline ahead of the GPU, GPU lanes, a shared study.
 
-space -> check (static rules) -> render -> compile (parallel CPU pool) ->
-check resources -> GPU worker (verify, time) -> record -> tell.
+    propose -> render -> compile (CPU pool) -> check resources -> GPU slot -> GPU lane
+    (verify, time) -> record
 
-* Statically rejected configs, resource rejections and compile errors never
-  reach the GPU and do not use up the trial budget (``--trials`` counts GPU
-  evaluations). They are stored as failures with their reason.
-* A config already evaluated in the study is answered from its earlier result.
-* The study lives in the results database (Optuna's own tables), so running
-  the same search again resumes it until the budget is reached.
+* Configs come from :class:`~autotune.sampler.Proposer`: the space's seeds, then
+  random feasible configs, then TPE over feasible configs. A config that breaks a
+  static rule is screened out for the cost of a rule check; it is never compiled
+  and never becomes a trial. Resource rejections and compile errors never reach
+  the GPU and do not use up the budget; they are stored as failures with their reason.
+* Compiles run ahead of the GPU: the pool is kept busy while compiled candidates
+  wait for a GPU, and each GPU lane (:mod:`autotune.lanes`, one per GPU worker)
+  has a candidate queued behind the running one, so a GPU never waits for a
+  compile that could have started earlier, nor for the search's bookkeeping.
+* ``--trials`` counts GPU evaluations in the study, every process sharing it
+  together (:mod:`autotune.ledger`): a candidate runs only once it holds a slot.
+  Running the same search again resumes the study until the budget is reached;
+  several processes (on one host or many, through one database) share it.
+* Racing (time objective): a candidate whose first timed launches are clearly
+  slower than the best in the study (median above RACE_MARGIN x the best) stops
+  timing there. Verification is never skipped.
 * With an energy objective (``energy``, ``edp``, ``pareto``) cuBLAS and the
   candidates that could improve the objective also get an NVML energy window
   of about a second; :mod:`autotune.objective` says how that is decided.
@@ -16,45 +26,61 @@ check resources -> GPU worker (verify, time) -> record -> tell.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import math
 import operator
+import os
+import queue
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-import optuna
+import numpy
 
 from autotune.check import resource_violation
-from autotune.compile import CompiledKernel, CompileFailure, CompilePool
+from autotune.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
 from autotune.cubin import parameter_sizes
 from autotune.db import ResultStore
 from autotune.errors import FailureClass, SearchError
 from autotune.gpus import GpuSpec
+from autotune.lanes import GpuLane
+from autotune.ledger import Admission, StudyLedger, StudyView, trial_ms, trial_params
 from autotune.objective import Objective, Point, make_objective, pareto_front
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
 from autotune.render import render
+from autotune.sampler import Proposer
 from autotune.space import Config, SearchSpace
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
-STAGE = "stage"  # trial user attribute: "rejected", "compile" or "gpu"
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
+RACE_MARGIN = 1.2  # a candidate whose first launches are this much slower than the best stops timing
+LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
+READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
+BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left
+REFERENCE = "reference"  # the lane job that measures cuBLAS
+LANE_SWITCH_S = 0.001  # the thread switch interval during a search (Python's default 5 ms would idle a GPU)
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
     """Knobs of the search itself (not of the kernels)."""
 
-    trials: int = 100  # GPU evaluations in the study, counting earlier runs
+    trials: int = 100  # GPU evaluations in the study, counting earlier runs and other processes
     timeout_s: float | None = None  # wall-clock limit of this run
     seed: int = 0
     warmup: int = 5
     repeats: int = 30
     jobs: int | None = None  # compile processes
-    max_asks_per_trial: int = 50  # give up when the sampler keeps proposing infeasible configs
     max_compile_errors: int = 24  # stop when this many candidates in a row failed to compile and none compiled
     objective: str = "time"  # time, energy, edp or pareto (autotune.objective)
     energy_seconds: float = 1.0  # length of an energy window
+    race: bool = True  # stop timing clearly slower candidates early (time objective only)
+    heartbeat_s: int = 5  # running trials beat this often...
+    grace_s: int = 20  # ...and are failed as stale this long after their last beat
 
 
 @dataclasses.dataclass
@@ -65,7 +91,7 @@ class Progress:
     target: int
     best_ms: float | None
     best_name: str | None
-    cublas_ms: float
+    cublas_ms: float | None
     problem: GemmProblem
     last: str = ""
     best_mj: float | None = None  # the least measured energy per GEMM (energy objectives)
@@ -95,19 +121,37 @@ class SearchResult:
     best_window: EnergyWindow | None = None  # energy objectives: the closing windows
     cublas_window: EnergyWindow | None = None
     front: tuple[FrontPoint, ...] = ()  # pareto: every measured point of the front
+    screened: int = 0  # sampled configs a static rule rejected: never compiled, never trials
+    raced: int = 0  # candidates of this run whose timing stopped early
 
 
-def study_name(space: SearchSpace, env: Environment, problem: GemmProblem, objective: str = "time") -> str:
+@dataclasses.dataclass
+class _Candidate:
+    """A compiled config on its way to a GPU."""
+
+    config: Config
+    task: KernelTask
+    trial_id: int | None = None  # its slot in the study
+
+
+def study_name(space: SearchSpace, gpu_key: str, problem: GemmProblem, objective: str = "time") -> str:
     """One study per family, GPU, problem, template version and objective."""
     name = (
-        f"{space.family}/{env.gpu_key}/{problem.shape}/{problem.dtype}/"
+        f"{space.family}/{gpu_key}/{problem.shape}/{problem.dtype}/"
         f"alpha{problem.alpha:g}/beta{problem.beta:g}/{space.template_hash}"
     )
     return name if objective == "time" else f"{name}/{objective}"
 
 
 class Search:
-    """One Optuna study over one space, GPU and problem."""
+    """One study over one space, GPU model and problem, on one or more GPU workers.
+
+    ``worker`` is a :class:`~autotune.worker.GpuWorker` or a list of them (one per GPU,
+    all of one model); workers may still be starting (:meth:`GpuWorker.begin`).
+    ``on_environment`` is called with the GPU's environment once the first worker has
+    started, before anything is measured; it may raise to stop the search. ``pool`` is a
+    compile pool the caller started early (and closes); by default the search makes its own.
+    """
 
     def __init__(
         self,
@@ -115,89 +159,126 @@ class Search:
         gpu: GpuSpec,
         problem: GemmProblem,
         store: ResultStore,
-        worker: GpuWorker,
+        worker: GpuWorker | Sequence[GpuWorker],
         settings: SearchSettings,
         on_progress: Callable[[Progress], None] = lambda progress: None,
+        on_environment: Callable[[Environment], None] = lambda env: None,
+        pool: CompilePool | None = None,
     ):
         self.space, self.gpu, self.problem = space, gpu, problem
-        self.store, self.worker, self.settings = store, worker, settings
-        self.on_progress = on_progress
-        self.env = worker.environment()
+        self.pool = pool
+        self.store, self.settings = store, settings
+        self.workers = list(worker) if isinstance(worker, (list, tuple)) else [worker]
+        self.on_progress, self.on_environment = on_progress, on_environment
+        self.env: Environment | None = None
         self.objective: Objective = make_objective(settings.objective)
-        self.name = study_name(space, self.env, problem, settings.objective)
+        self.name = study_name(space, gpu.key, problem, settings.objective)
+        self.proposer = Proposer(space, gpu, problem, seed=_process_seed(settings.seed))
         self.windows: dict[str, EnergyWindow] = {}  # config name -> its energy window, this run
-        self.distributions = {
-            knob: optuna.distributions.CategoricalDistribution(values) for knob, values in space.knobs.items()
-        }
         self.failures: dict[str, int] = {}
+        self.raced = 0
         self.compiled_any = False
+        self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
+        self._events: queue.Queue = queue.Queue()
+        self._compiling: dict = {}  # compile future -> config
+        self._ready: collections.deque[_Candidate] = collections.deque()
+        self._exhausted = False  # the proposer found no feasible config left
+        self._best: tuple[float, str] | None = None  # (ms, config name): racing's yardstick
+        self._best_task: tuple[str, KernelTask] | None = None  # the task of this run's fastest candidate
+        self._cublas: Measurement | None = None
+        self._cublas_window: EnergyWindow | None = None
+        self._stale_checked = time.monotonic()  # when other processes' stale trials were last failed
 
-    # -- the loop --------------------------------------------------------------
+    # -- the run -------------------------------------------------------------------
 
     def run(self) -> SearchResult:
         started = time.monotonic()
-        cublas, cublas_window = self._reference()
-        study = self._study()
-        known = self._known_results(study)
-        evaluated = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(STAGE) == "gpu")
-        progress = Progress(evaluated, self.settings.trials, None, None, cublas.timing.median_ms, self.problem,
-                            cublas_mj=_mj(cublas_window))
-        self._update_best(study, progress)
-        self.on_progress(progress)
-        asks = 0
-        max_asks = self.settings.max_asks_per_trial * max(self.settings.trials, 1)
-        with CompilePool(self.settings.jobs) as pool:
-            while progress.evaluated < self.settings.trials and asks < max_asks:
-                if self._out_of_time(started):
-                    break
-                wanted = min(pool.jobs * 2, self.settings.trials - progress.evaluated)
-                batch, asked = self._ask_batch(study, known, wanted, max_asks - asks)
-                asks += asked
-                if not batch:
-                    if asked == 0:
-                        break
-                    continue
-                futures = [(trial, config, pool.submit(render(self.space, config, self.gpu)))
-                           for trial, config in batch]
-                for trial, config, future in futures:
-                    compiled = _compiled(future)
-                    task = self._kernel_task(config, compiled)
-                    outcome = task if isinstance(task, Failure) else self.worker.run(
-                        task, timeout_s=self._candidate_timeout(cublas))
-                    self._tell(study, trial, config, outcome, known, task)
-                    self._check_template_compiles(compiled)
-                    if isinstance(outcome, Measurement) or _reached_gpu(outcome):
-                        progress.evaluated += 1
-                    progress.last = config.name
-                    self._note(progress, config, outcome)
-                    self.on_progress(progress)
-            return self._result(study, progress, pool, cublas, cublas_window)
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(LANE_SWITCH_S)  # a lane hands its GPU the next candidate without waiting for the loop
+        try:
+            if self.pool is not None:
+                return self._run(self.pool, started)
+            with CompilePool(self.settings.jobs) as pool:
+                pool.warm_up()  # while the study opens
+                return self._run(pool, started)
+        finally:
+            sys.setswitchinterval(switch_interval)
 
-    def _ask_batch(self, study, known, wanted: int, ask_budget: int):
-        """Ask until ``wanted`` new feasible configs; rejected and repeated ones are told at once."""
-        batch: list[tuple[optuna.trial.Trial, Config]] = []
-        names: set[str] = set()
-        asked = 0
-        while len(batch) < wanted and asked < ask_budget:
-            trial = study.ask(self.distributions)
-            asked += 1
-            config = self.space.config(trial.params)
-            if config.name in known:
-                self._repeat(study, trial, known[config.name])
-                continue
-            if config.name in names:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                continue
-            verdict = self.space.check(config, self.gpu, self.problem)
-            if not verdict.feasible:
-                failure = Failure(FailureClass.REJECTED.value, verdict.reason)
-                self._tell(study, trial, config, failure, known)
-                continue
-            names.add(config.name)
-            batch.append((trial, config))
-        return batch, asked
+    def _run(self, pool: CompilePool, started: float) -> SearchResult:
+        ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
+                             self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
+                             self.settings.grace_s, sampler=self.proposer.sampler)
+        lanes: list[GpuLane] = []
+        try:
+            ledger.fail_stale()
+            view = ledger.view()
+            progress = self._start_progress(view)
+            self._compile_ahead(ledger, view, pool, lanes=1)  # while the GPU workers start
+            self._start_environment()
+            lanes = [GpuLane(i, worker, self._events) for i, worker in enumerate(self.workers)]
+            for lane in lanes:
+                lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
+            self._loop(ledger, pool, lanes, started, progress)
+            self._stop_lanes(ledger, lanes, progress)
+            pool.close(wait=False)  # compiles still running are of no use now
+            return self._result(ledger.view(fresh=True), lanes[0].worker)
+        finally:
+            for lane in lanes:
+                lane.cancel_waiting()
+                lane.stop(timeout_s=0)
+            ledger.close()
 
-    # -- one candidate -----------------------------------------------------------
+    def _loop(self, ledger: StudyLedger, pool: CompilePool, lanes: list[GpuLane], started: float,
+              progress: Progress) -> None:
+        """Propose, compile, dispatch and record until the study has its GPU evaluations."""
+        while True:
+            view = ledger.view()
+            progress.evaluated = view.evaluated
+            self._learn_best(view)
+            if view.evaluated >= self.settings.trials or self._out_of_time(started):
+                return
+            full = self._dispatch(ledger, lanes)  # the GPUs first: proposing and compiling can wait
+            self._compile_ahead(ledger, ledger.view(), pool, len(lanes))
+            idle = not (self._compiling or self._ready or any(lane.queued for lane in lanes))
+            if idle and not view.running_elsewhere:
+                return  # every feasible config is taken, and no other process holds a slot
+            if idle or full:  # waiting for slots held elsewhere: they finish, or their process died
+                self._fail_stale(ledger)
+            try:
+                event = self._events.get(timeout=self.settings.heartbeat_s)
+            except queue.Empty:
+                continue
+            self._handle(ledger, event, progress)
+
+    # -- compiling ahead -------------------------------------------------------------
+
+    def _compile_ahead(self, ledger: StudyLedger, view: StudyView, pool: CompilePool, lanes: int) -> None:
+        """Keep every compile process busy while compiled candidates are few and the budget has room."""
+        left = self.settings.trials - view.held
+        in_flight = math.ceil(left * BUDGET_OVERSHOOT)
+        while (not self._exhausted and len(self._compiling) < pool.jobs and len(self._ready) < READY_PER_LANE * lanes
+               and len(self._compiling) + len(self._ready) < in_flight):
+            local = [*self._compiling.values(), *(candidate.config for candidate in self._ready)]
+            taken = view.taken | {config.name for config in local}
+            config = self.proposer.next(ledger.study, view.learnable, taken, in_flight=local)
+            if config is None:
+                self._exhausted = True
+                return
+            future = pool.submit(render(self.space, config, self.gpu))
+            self._compiling[future] = config
+            future.add_done_callback(self._events.put)
+
+    def _compiled(self, ledger: StudyLedger, future) -> None:
+        config = self._compiling.pop(future, None)
+        if config is None or future.cancelled():
+            return
+        compiled = _compile_result(future)
+        task = self._kernel_task(config, compiled)
+        if isinstance(task, Failure):
+            self._record_compile_failure(ledger, config, task)
+        else:
+            self._ready.append(_Candidate(config, task))
+        self._check_template_compiles(compiled)
 
     def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:
         """Stop a search whose template has compiled for no candidate yet, naming NVRTC's error."""
@@ -207,7 +288,7 @@ class Search:
         failed = self.failures.get(FailureClass.COMPILE_ERROR.value, 0)  # all of them, while none compiled
         if not self.compiled_any and failed >= self.settings.max_compile_errors:
             raise SearchError(
-                f"{self.space.template} does not compile with NVRTC {self.env.nvrtc} for "
+                f"{self.space.template} does not compile with NVRTC {nvrtc_version()} for "
                 f"{self.space.target(self.gpu)}: {failed} candidates in a row failed, the last with: "
                 f"{compiled.message}")
 
@@ -215,136 +296,205 @@ class Search:
         return kernel_task(self.space, config, compiled, self.gpu, self.problem, self.settings.seed,
                            self.settings.warmup, self.settings.repeats)
 
-    def _candidate_timeout(self, cublas: Measurement) -> float:
-        """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
-        launches = self.settings.warmup + self.settings.repeats + 4
-        return 15.0 + 50.0 * launches * cublas.timing.median_ms / 1e3
+    # -- the GPU lanes ---------------------------------------------------------------
 
-    def _energy_window(self, kernel: KernelTask | None) -> EnergyWindow | Failure:
-        task = EnergyTask(kernel, self.problem, self.settings.seed, self.settings.energy_seconds)
-        return self.worker.run(task, timeout_s=60.0 + 10.0 * self.settings.energy_seconds)
+    def _dispatch(self, ledger: StudyLedger, lanes: list[GpuLane]) -> bool:
+        """Give each lane a candidate to run next, each holding a slot of the study; True when the
+        budget is held in full (by this process or others) and candidates wait."""
+        if self._cublas is None and self.objective.uses_energy:
+            return False  # energy decisions need cuBLAS's window first (a lane runs its own cuBLAS first anyway)
+        while self._ready:
+            lane = min(lanes, key=lambda lane: (lane.queued, lane.submitted))  # the least busy, in turn
+            if lane.queued >= LANE_DEPTH:
+                return False
+            view = ledger.view()  # reserve() decides; this spares it trials it would release at once
+            if view.held >= self.settings.trials:
+                return True
+            candidate = self._ready.popleft()
+            if candidate.config.name in view.taken:
+                continue  # another process has it
+            slot = ledger.reserve(candidate.config, lane.device)
+            if slot.admission is Admission.FULL:
+                self._ready.appendleft(candidate)  # a slot may free up if another process died
+                return True
+            if slot.admission is Admission.DUPLICATE:
+                continue  # another process has it
+            candidate.trial_id = slot.trial_id
+            lane.submit(candidate, functools.partial(self._evaluate, lane, candidate))
+        return False
 
-    def _reference(self) -> tuple[Measurement, EnergyWindow | None]:
-        """cuBLAS timed (and, for energy objectives, metered) in this run."""
-        return self._record_reference(self._run_cublas())
+    def _fail_stale(self, ledger: StudyLedger) -> None:
+        """Fail other processes' stale trials, at most once per heartbeat."""
+        now = time.monotonic()
+        if now - self._stale_checked >= self.settings.heartbeat_s:
+            self._stale_checked = now
+            ledger.fail_stale()
 
-    def _run_cublas(self) -> Measurement:
+    def _reference_job(self, lane: GpuLane, worker) -> tuple[Measurement | Failure, EnergyWindow | Failure | None]:
+        """cuBLAS timed on the lane's GPU (and metered on the first, for energy objectives). Lane thread."""
         task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, self.settings.repeats)
-        result = self.worker.run(task, timeout_s=300.0)
+        result = worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
-            raise SearchError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
-        return result
-
-    def _record_reference(self, result: Measurement) -> tuple[Measurement, EnergyWindow | None]:
-        """Store a cuBLAS measurement and, for energy objectives, meter cuBLAS."""
-        measurement_id = self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
-        if not self.objective.uses_energy:
             return result, None
-        window = self._energy_window(None)
-        if isinstance(window, Failure):
-            raise SearchError(f"cuBLAS energy window failed: {window.failure_class}: {window.message}")
-        self.store.add_energy(measurement_id, window)
-        self.objective.observe(result.timing.median_ms, None, window.mean_power_w)  # the power floor only
+        lane.cublas_ms = result.timing.median_ms
+        window = self._energy_window(worker, None) if self.objective.uses_energy and lane.index == 0 else None
         return result, window
 
-    # -- bookkeeping -----------------------------------------------------------------
+    def _evaluate(self, lane: GpuLane, candidate: _Candidate, worker):
+        """Verify and time a candidate, racing it against the best so far; meter it where it matters.
+        Runs in the lane's thread."""
+        task = dataclasses.replace(candidate.task, race_ms=self._race_ms())
+        outcome = worker.run(task, timeout_s=self._candidate_timeout(lane.cublas_ms))
+        window = None
+        if isinstance(outcome, Measurement) and self.objective.uses_energy:
+            with self._lock:
+                wanted = self.objective.wants_window(outcome.timing.median_ms)
+            if wanted:
+                window = self._energy_window(worker, task)
+        return task, outcome, window
 
-    def _study(self) -> optuna.Study:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(
-            seed=self.settings.seed, multivariate=True, constant_liar=True, n_startup_trials=16
-        )
-        study = optuna.create_study(
-            study_name=self.name, storage=self.store.url, sampler=sampler,
-            directions=list(self.objective.directions), load_if_exists=True,
-        )
-        if not study.get_trials(deepcopy=False):
-            for seed in self.space.seeds:
-                study.enqueue_trial(seed.as_dict())
-        return study
+    def _race_ms(self) -> float | None:
+        if not self.settings.race or self.objective.name != "time":
+            return None
+        with self._lock:
+            return None if self._best is None else self._best[0] * RACE_MARGIN
 
-    def _known_results(self, study: optuna.Study) -> dict[str, tuple[float, ...] | None]:
-        """Config name -> objective values (None for a GPU failure) of configs already evaluated.
+    def _candidate_timeout(self, cublas_ms: float) -> float:
+        """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
+        launches = self.settings.warmup + self.settings.repeats + 4
+        return 15.0 + 50.0 * launches * cublas_ms / 1e3
 
-        Also replays earlier measurements into the objective (its front and power floor).
-        """
-        known: dict[str, tuple[float, ...] | None] = {}
-        for trial in study.get_trials(deepcopy=False):
-            name, attrs = trial.user_attrs.get("config"), trial.user_attrs
-            if not name or attrs.get(STAGE) != "gpu":
-                continue
-            complete = trial.state == optuna.trial.TrialState.COMPLETE
-            known[name] = tuple(trial.values) if complete else None
-            if complete:
-                self.objective.observe(_ms(trial), attrs.get("energy_mj"), attrs.get("power_w"))
-        return known
+    def _energy_window(self, worker, kernel: KernelTask | None) -> EnergyWindow | Failure:
+        task = EnergyTask(kernel, self.problem, self.settings.seed, self.settings.energy_seconds)
+        return worker.run(task, timeout_s=60.0 + 10.0 * self.settings.energy_seconds)
 
-    def _repeat(self, study, trial, values: tuple[float, ...] | None) -> None:
-        if values is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, list(values))
+    def _stop_lanes(self, ledger: StudyLedger, lanes: list[GpuLane], progress: Progress) -> None:
+        """Give back the slots of candidates not started, record the running ones, stop the threads."""
+        for lane in lanes:
+            for candidate in lane.cancel_waiting(lambda tag: isinstance(tag, _Candidate)):
+                ledger.release(candidate.trial_id)
+            lane.stop()  # its cuBLAS reference, if still waiting, runs first
+        while any(lane.queued for lane in lanes):
+            self._handle(ledger, self._events.get(), progress)
+        while True:  # compile results that arrived meanwhile: nothing to do with them
+            try:
+                self._events.get_nowait()
+            except queue.Empty:
+                return
 
-    def _tell(self, study, trial, config: Config, outcome: Measurement | Failure, known: dict,
-              task: KernelTask | Failure | None = None) -> None:
-        trial.set_user_attr("config", config.name)
-        if isinstance(outcome, Measurement):
-            measurement_id = self.store.add_measurement(
-                self.env, self.problem, config, self.space.template_hash, outcome, self.name)
-            values = self._values(trial, config, outcome, task, measurement_id)
-            trial.set_user_attr(STAGE, "gpu")
-            trial.set_user_attr("tflops", outcome.tflops)
-            study.tell(trial, list(values))
-            known[config.name] = values
+    # -- events ------------------------------------------------------------------------
+
+    def _handle(self, ledger: StudyLedger, event, progress: Progress) -> None:
+        if not isinstance(event, tuple):  # a compile future
+            self._compiled(ledger, event)
             return
-        stage = "gpu" if _reached_gpu(outcome) else (
-            "rejected" if outcome.failure_class == FailureClass.REJECTED.value else "compile")
-        trial.set_user_attr(STAGE, stage)
-        trial.set_user_attr("failure", outcome.failure_class)
-        trial.set_user_attr("reason", outcome.message[:500])
-        self.failures[outcome.failure_class] = self.failures.get(outcome.failure_class, 0) + 1
-        self.store.add_failure(self.env, self.problem, config, self.space.template_hash, outcome, self.name)
-        if stage == "gpu":
-            known[config.name] = None
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        lane, tag, result = event
+        lane.queued -= 1
+        if isinstance(result, BaseException):
+            raise result
+        if tag == REFERENCE:
+            self._take_reference(lane, *result, progress)
+            return
+        task, outcome, window = result
+        self._record(ledger, tag, task, outcome, window)
+        progress.evaluated += 1
+        progress.last = tag.config.name
+        self._note(progress, tag.config, outcome)
+        self.on_progress(progress)
 
-    def _values(self, trial, config: Config, measurement: Measurement, task, measurement_id: int):
-        """The objective values of a measured candidate, metering its energy where it matters."""
-        ms = measurement.timing.median_ms
-        trial.set_user_attr("ms", ms)
-        mj = None
-        if self.objective.uses_energy and isinstance(task, KernelTask) and self.objective.wants_window(ms):
-            window = self._energy_window(task)
+    def _take_reference(self, lane: GpuLane, result: Measurement | Failure, window, progress: Progress) -> None:
+        if isinstance(result, Failure):
+            raise SearchError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
+        measurement_id = self.store.add_measurement(self.env, self.problem, None, None, result, self.name)
+        if lane.index != 0:
+            return
+        self._cublas = result
+        progress.cublas_ms = result.timing.median_ms
+        if self.objective.uses_energy:
             if isinstance(window, Failure):
-                trial.set_user_attr("energy_failure", f"{window.failure_class}: {window.message}"[:500])
-            else:
-                self.store.add_energy(measurement_id, window)
-                self.windows[config.name] = window
-                mj = _mj(window)
-                trial.set_user_attr("energy_mj", mj)
-                trial.set_user_attr("power_w", window.mean_power_w)
-                trial.set_user_attr("throttled", window.throttled)
-                self.objective.observe(ms, mj, window.mean_power_w)
+                raise SearchError(f"cuBLAS energy window failed: {window.failure_class}: {window.message}")
+            self.store.add_energy(measurement_id, window)
+            self._cublas_window = window
+            progress.cublas_mj = _mj(window)
+            with self._lock:
+                self.objective.observe(result.timing.median_ms, None, window.mean_power_w)  # the power floor
+        self.on_progress(progress)
+
+    # -- recording -------------------------------------------------------------------
+
+    def _record(self, ledger: StudyLedger, candidate: _Candidate, task: KernelTask,
+                outcome: Measurement | Failure, window: EnergyWindow | Failure | None) -> None:
+        """Store a GPU evaluation and close its slot in the study."""
+        config = candidate.config
+        if isinstance(outcome, Failure):
+            self.failures[outcome.failure_class] = self.failures.get(outcome.failure_class, 0) + 1
+            self.store.add_failure(self.env, self.problem, config, self.space.template_hash, outcome, self.name)
+            ledger.finish(candidate.trial_id, {"failure": outcome.failure_class, "reason": outcome.message[:500]}, None)
+            return
+        measurement_id = self.store.add_measurement(
+            self.env, self.problem, config, self.space.template_hash, outcome, self.name)
+        ms = outcome.timing.median_ms
+        attrs: dict = {"ms": ms} if self.objective.uses_energy else {}  # the time objective's value is ms
+        if task.race_ms is not None and len(outcome.timing.samples_ms) < task.repeats and ms > task.race_ms:
+            self.raced += 1  # its measurement holds the few launches it got
+        mj = None
+        if isinstance(window, Failure):
+            attrs["energy_failure"] = f"{window.failure_class}: {window.message}"[:500]
+        elif window is not None:
+            self.store.add_energy(measurement_id, window)
+            self.windows[config.name] = window
+            mj = _mj(window)
+            attrs.update(energy_mj=mj, power_w=window.mean_power_w, throttled=window.throttled)
         if self.objective.uses_energy and mj is None:
-            trial.set_user_attr("energy_estimated", True)
-        return self.objective.values(ms, mj)
+            attrs["energy_estimated"] = True
+        with self._lock:
+            if mj is not None:
+                self.objective.observe(ms, mj, window.mean_power_w)
+            values = self.objective.values(ms, mj)
+            if self._best is None or ms < self._best[0]:
+                self._best = (ms, config.name)
+                self._best_task = (config.name, dataclasses.replace(task, race_ms=None))  # the closing never races
+        ledger.finish(candidate.trial_id, attrs, values)
 
-    def _gpu_trials(self, study: optuna.Study) -> list:
-        return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get(STAGE) == "gpu"]
+    def _record_compile_failure(self, ledger: StudyLedger, config: Config, failure: Failure) -> None:
+        self.failures[failure.failure_class] = self.failures.get(failure.failure_class, 0) + 1
+        if ledger.record_compile_failure(config, failure.failure_class, failure.message):
+            self.store.add_failure(self.env, self.problem, config, self.space.template_hash, failure, self.name)
 
-    def _update_best(self, study: optuna.Study, progress: Progress) -> None:
-        """Progress from the trials already in the study (once, when a run starts)."""
-        trials = self._gpu_trials(study)
-        if trials:
-            fastest = min(trials, key=_ms)
-            progress.best_ms, progress.best_name = _ms(fastest), fastest.user_attrs.get("config")
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _start_environment(self) -> None:
+        """Wait for the workers' hellos: every worker must see the same GPU model."""
+        envs = [worker.environment() for worker in self.workers]
+        different = [env for env in envs if env.gpu_name != envs[0].gpu_name]
+        if different:
+            raise SearchError(f"the GPU workers see different GPUs: {envs[0].gpu_name!r} and {different[0].gpu_name!r}")
+        self.on_environment(envs[0])
+        self.env = envs[0]
+
+    def _start_progress(self, view: StudyView) -> Progress:
+        """Progress from the trials already in the study; earlier measurements replayed into the objective
+        (its front and power floor)."""
+        progress = Progress(view.evaluated, self.settings.trials, None, None, None, self.problem)
+        for trial in view.measured:
+            self.objective.observe(trial_ms(trial), trial.user_attrs.get("energy_mj"), trial.user_attrs.get("power_w"))
+        self._learn_best(view)
+        if self._best is not None:
+            progress.best_ms, progress.best_name = self._best
         self._note_energy(progress)
+        return progress
+
+    def _learn_best(self, view: StudyView) -> None:
+        """The best time in the study, other processes' included: racing's yardstick."""
+        fastest = min(view.measured, key=trial_ms, default=None)
+        if fastest is None:
+            return
+        with self._lock:
+            if self._best is None or trial_ms(fastest) < self._best[0]:
+                self._best = (trial_ms(fastest), fastest.user_attrs.get("config"))
 
     def _note(self, progress: Progress, config: Config, outcome: Measurement | Failure) -> None:
-        """Progress after one candidate, from memory (no storage read in the loop)."""
+        """Progress after one candidate."""
         if isinstance(outcome, Measurement):
             ms = outcome.timing.median_ms
             if progress.best_ms is None or ms < progress.best_ms:
@@ -359,51 +509,74 @@ class Search:
     def _out_of_time(self, started: float) -> bool:
         return self.settings.timeout_s is not None and time.monotonic() - started > self.settings.timeout_s
 
-    def _best_trial(self, study: optuna.Study):
+    def _best_trial(self, view: StudyView):
         """The trial to report: the fastest for time and pareto, the least objective value otherwise."""
-        trials = self._gpu_trials(study)
         if self.objective.name in ("time", "pareto"):
-            return min(trials, key=_ms)
-        return min(trials, key=lambda t: t.values[0])
+            return min(view.measured, key=trial_ms)
+        return min(view.measured, key=lambda t: t.values[0])
 
-    def _result(self, study: optuna.Study, progress: Progress, pool: CompilePool, cublas: Measurement,
-                cublas_window: EnergyWindow | None) -> SearchResult:
+    # -- the closing measurement ------------------------------------------------------------
+
+    def _result(self, view: StudyView, worker) -> SearchResult:
         """Measure the best config and cuBLAS again, side by side, for the reported ratio."""
         failures = dict(self.failures)
-        if not self._gpu_trials(study):
-            return SearchResult(self.name, progress.evaluated, None, None, cublas, failures,
-                                self.objective.name, cublas_window=cublas_window)
-        config = self.space.config(self._best_trial(study).params)
-        compiled = pool.submit(render(self.space, config, self.gpu)).result()
-        task = self._kernel_task(config, compiled)
-        if isinstance(task, Failure):
-            raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")
+        common = dict(objective=self.objective.name, screened=self.proposer.rejected, raced=self.raced)
+        if self._cublas is None:
+            raise SearchError("the search ended before cuBLAS was measured")
+        if not view.measured:
+            return SearchResult(self.name, view.evaluated, None, None, self._cublas, failures,
+                                cublas_window=self._cublas_window, **common)
+        config = self.space.config(trial_params(self._best_trial(view)))
+        task = self._closing_task(config)
         cublas_runs, kernel_runs = [], []
         for _ in range(FINAL_ROUNDS):  # alternated, so heat and power capping weigh on both alike
-            cublas_runs.append(self._run_cublas())
-            run = self.worker.run(task, timeout_s=self._candidate_timeout(cublas_runs[-1]))
+            cublas_runs.append(self._run_cublas(worker))
+            run = worker.run(task, timeout_s=self._candidate_timeout(cublas_runs[-1].timing.median_ms))
             if isinstance(run, Failure):
                 raise SearchError(f"the best config {config.name} failed when measured again: {run.message}")
             kernel_runs.append(run)
-        final_cublas, cublas_window = self._record_reference(pooled(self.problem, cublas_runs))
+        final_cublas = pooled(self.problem, cublas_runs)
+        cublas_id = self.store.add_measurement(self.env, self.problem, None, None, final_cublas, self.name)
         final = pooled(self.problem, kernel_runs)
         measurement_id = self.store.add_measurement(
             self.env, self.problem, config, self.space.template_hash, final, self.name)
-        best_window = None
+        best_window = cublas_window = None
         if self.objective.uses_energy:
-            best_window = self._energy_window(task)
-            if isinstance(best_window, Failure):
-                raise SearchError(f"energy window of {config.name} failed: {best_window.message}")
+            cublas_window = self._closing_window(worker, None, "cuBLAS")
+            self.store.add_energy(cublas_id, cublas_window)
+            best_window = self._closing_window(worker, task, config.name)
             self.store.add_energy(measurement_id, best_window)
-        return SearchResult(self.name, progress.evaluated, config, final, final_cublas, failures,
-                            self.objective.name, best_window, cublas_window, self._front(study))
+        return SearchResult(self.name, view.evaluated, config, final, final_cublas, failures,
+                            best_window=best_window, cublas_window=cublas_window, front=self._front(view), **common)
 
-    def _front(self, study: optuna.Study) -> tuple[FrontPoint, ...]:
+    def _closing_task(self, config: Config) -> KernelTask:
+        """The best config's task: kept from this run, or compiled here (from the cache, mostly)."""
+        if self._best_task is not None and self._best_task[0] == config.name:
+            return self._best_task[1]
+        task = self._kernel_task(config, compile_kernel(render(self.space, config, self.gpu)))
+        if isinstance(task, Failure):
+            raise SearchError(f"the best config {config.name} failed when measured again: {task.message}")
+        return task
+
+    def _closing_window(self, worker, task: KernelTask | None, what: str) -> EnergyWindow:
+        window = self._energy_window(worker, task)
+        if isinstance(window, Failure):
+            raise SearchError(f"energy window of {what} failed: {window.failure_class}: {window.message}")
+        return window
+
+    def _run_cublas(self, worker) -> Measurement:
+        task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, self.settings.repeats)
+        result = worker.run(task, timeout_s=300.0)
+        if isinstance(result, Failure):
+            raise SearchError(f"cuBLAS reference failed: {result.failure_class}: {result.message}")
+        return result
+
+    def _front(self, view: StudyView) -> tuple[FrontPoint, ...]:
         """Measured points on the time/energy front (pareto), from this run's windows."""
         if self.objective.name != "pareto":
             return ()
-        metered = [t for t in self._gpu_trials(study) if "energy_mj" in t.user_attrs]
-        points = {Point(_ms(t), t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
+        metered = [t for t in view.measured if "energy_mj" in t.user_attrs]
+        points = {Point(trial_ms(t), t.user_attrs["energy_mj"]): t.user_attrs["config"] for t in metered}
         return tuple(FrontPoint(points[p], p.ms, p.mj, self.windows[points[p]])
                      for p in pareto_front(list(points)) if points[p] in self.windows)
 
@@ -445,16 +618,11 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
                       repeats=repeats, resources=resources, tensor_maps=launch.tensor_maps)
 
 
-def _ms(trial) -> float:
-    """A GPU trial's median time; studies written before the "ms" attribute hold it as their value."""
-    return trial.user_attrs.get("ms", trial.values[0] if trial.values else float("inf"))
-
-
 def _mj(window: EnergyWindow | None) -> float | None:
     return None if window is None else window.energy_per_gemm_j * 1e3
 
 
-def _compiled(future) -> CompiledKernel | CompileFailure:
+def _compile_result(future) -> CompiledKernel | CompileFailure:
     """The compile result; an error inside the compile process becomes a compile failure."""
     try:
         return future.result()
@@ -462,6 +630,7 @@ def _compiled(future) -> CompiledKernel | CompileFailure:
         return CompileFailure("?", f"{type(error).__name__}: {error}", "")
 
 
-def _reached_gpu(outcome: Measurement | Failure) -> bool:
-    return isinstance(outcome, Failure) and outcome.failure_class not in (
-        FailureClass.REJECTED.value, FailureClass.COMPILE_ERROR.value, FailureClass.RESOURCE.value)
+def _process_seed(seed: int) -> int:
+    """The sampler's seed in this process: ``seed`` and the process id, so that processes sharing
+    a study explore different configs."""
+    return int(numpy.random.SeedSequence([seed, os.getpid()]).generate_state(1)[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -104,6 +105,7 @@ class KernelTask:
     repeats: int
     resources: Resources | None = None
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    race_ms: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,10 +194,15 @@ class Backend(Protocol):
 
 
 class FakeBackend:
-    """No GPU: a made-up H200 answers hello; kernels and cuBLAS "run" at fixed rates."""
+    """No GPU: a made-up H200 answers hello; kernels and cuBLAS "run" at fixed rates.
+
+    Each kernel's rate is fixed by its name, between 30% and 100% of KERNEL_TFLOPS,
+    so a search has something to find and racing has slower kernels to stop.
+    """
 
     KERNEL_TFLOPS = 10.0
     CUBLAS_TFLOPS = 40.0
+    RACE_LAUNCHES = 3  # the samples a raced kernel that lost returns, as on the GPU
     POWER_W = 600.0
     IDLE_POWER_W = 120.0
 
@@ -229,19 +236,29 @@ class FakeBackend:
 
     def run(self, task: Task) -> Result:
         if isinstance(task, KernelTask):
-            return _fixed_rate_measurement(task.problem, self.KERNEL_TFLOPS, task.resources)
+            measurement = _fixed_rate_measurement(task.problem, self.kernel_tflops(task.entry), task.resources)
+            ms = measurement.timing.median_ms
+            lost = task.race_ms is not None and ms > task.race_ms
+            samples = (ms,) * (min(self.RACE_LAUNCHES, task.repeats) if lost else task.repeats)
+            return dataclasses.replace(measurement, timing=Timing(ms, ms, ms, ms, ms, samples))
         if isinstance(task, CublasTask):
             return _fixed_rate_measurement(task.problem, self.CUBLAS_TFLOPS, None)
         if isinstance(task, EnergyTask):
             return self._energy_window(task)
         raise TypeError(f"FakeBackend cannot run {type(task).__name__}")
 
+    @classmethod
+    def kernel_tflops(cls, entry: str) -> float:
+        """The made-up rate of the kernel called ``entry``."""
+        fraction = int.from_bytes(hashlib.sha256(entry.encode()).digest()[:4], "little") / 2**32
+        return cls.KERNEL_TFLOPS * (0.3 + 0.7 * fraction)
+
     def classify(self, exc: Exception) -> tuple[str, bool]:
         return FailureClass.CRASH.value, True
 
     def _energy_window(self, task: EnergyTask) -> EnergyWindow:
         """A made-up window at POWER_W: fixed rate, 10 ms samples, no waiting."""
-        tflops = self.CUBLAS_TFLOPS if task.kernel is None else self.KERNEL_TFLOPS
+        tflops = self.CUBLAS_TFLOPS if task.kernel is None else self.kernel_tflops(task.kernel.entry)
         launches = max(1, round(task.seconds * tflops * 1e12 / task.problem.flops))
         joules = self.POWER_W * task.seconds
         return EnergyWindow(
@@ -325,7 +342,8 @@ class CupyBackend:
                 return Failure(FailureClass.WRONG_ANSWER.value, f"{check.describe()} ({_scalars(problem)})")
             worst = max(worst, check.max_error)
         timing = self.measure.time_launches(
-            functools.partial(launch, task.problem, operands.out), warmup=task.warmup, repeats=task.repeats
+            functools.partial(launch, task.problem, operands.out), warmup=task.warmup, repeats=task.repeats,
+            race_ms=task.race_ms,
         )
         return self._measurement(task.problem, timing, worst, task.resources)
 
@@ -694,6 +712,7 @@ class GpuWorker:
         self._conn: multiprocessing.connection.Connection | None = None
         self._info: dict | None = None
         self._spawned = 0
+        self._awaiting_hello = False  # begin() spawned a child whose hello is not read yet
 
     def __enter__(self) -> GpuWorker:
         self.start()
@@ -707,6 +726,18 @@ class GpuWorker:
         """Process id of the current child, or None when none is running."""
         return self._process.pid if self._process is not None else None
 
+    def begin(self) -> None:
+        """Start a child if none is running, without waiting for its hello (:meth:`start` waits).
+
+        The child imports CuPy and creates its CUDA context meanwhile, so the caller
+        can compile or open databases in the seconds that takes.
+        """
+        if self._process is not None and (self._awaiting_hello or self._process.is_alive()):
+            return
+        self._reap()
+        self._spawn()
+        self._awaiting_hello = True
+
     def start(self) -> None:
         """Start a child if none is alive and wait for its hello.
 
@@ -714,10 +745,12 @@ class GpuWorker:
             NoGpuError: the child found no usable CUDA GPU.
             WorkerStartError: the child failed or did not answer in time.
         """
-        if self._process is not None and self._process.is_alive():
-            return
-        self._reap()
-        self._spawn()
+        if not self._awaiting_hello:
+            if self._process is not None and self._process.is_alive():
+                return
+            self._reap()
+            self._spawn()
+        self._awaiting_hello = False
         kind, payload = self._await_hello()
         if kind == "hello":
             self._info = payload
@@ -835,6 +868,7 @@ class GpuWorker:
         """Wait for (killing if needed) the current child and forget it; its exit code."""
         process, conn = self._process, self._conn
         self._process, self._conn = None, None
+        self._awaiting_hello = False
         if conn is not None:
             conn.close()
         if process is None:

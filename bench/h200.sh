@@ -15,6 +15,9 @@
 #   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
 #                                       CUDALIB_DIR, default $BUILD/cudalib, unless it holds one), build it with
 #                                       CMake, run its example and bench/export_check.cpp against cuBLAS
+#   bench/h200.sh throughput [DTYPE:SIZE:TRIALS:TARGET...]  GPU evaluations per second of whole searches
+#                                       from a cold compile cache and a fresh database (default: SGEMM 4096
+#                                       and 1024, HGEMM 4096, 100 evaluations each; bench/throughput.py)
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -95,13 +98,18 @@ while [ $# -gt 0 ]; do
         fi
         "$BUILD/export_check" "$OUT/export_check.csv" 2>&1 | tee "$OUT/export_check.log" || status=1
         ;;
+    throughput)
+        cases=()
+        while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do cases+=("$1"); shift; done
+        python3 bench/throughput.py --out "$OUT" ${cases[@]+"${cases[@]}"} 2>&1 | tee "$OUT/throughput.txt" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -1,13 +1,22 @@
-"""The search loop with the fake GPU backend: budget, rejections, resume."""
+"""The search loop with the fake GPU backend: budget, screening, resume, racing, closing measurement."""
 
+import collections
+import json
+from pathlib import Path
+
+import optuna
 import pytest
+import sqlalchemy
 
 from autotune.db import ResultStore
 from autotune.errors import FailureClass
 from autotune.gpus import gpu_spec
+from autotune.ledger import evaluated_on_gpu, trial_params
 from autotune.problem import GemmProblem
-from autotune.space import load_space
+from autotune.space import SearchSpace, load_space
 from autotune.study import Search, SearchSettings
+
+TINY = Path(__file__).parent / "data" / "tiny.toml"  # kernels that compile in a fraction of a second
 
 
 @pytest.fixture(scope="module")
@@ -18,36 +27,66 @@ def worker():
         yield fake
 
 
-def test_rejections_do_not_use_the_budget_and_a_rerun_resumes(tmp_path, worker):
+def study_trials(store: ResultStore, name: str) -> list:
+    return optuna.load_study(study_name=name, storage=store.url).get_trials(deepcopy=False)
+
+
+def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, worker):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
-    space, gpu, problem = load_space("sgemm"), gpu_spec("h200"), GemmProblem(64, 64, 64)
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
 
     first = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=3)).run()
     assert first.evaluated == 12
-    assert first.failures.get(FailureClass.REJECTED.value, 0) > 0  # asked, rejected, not counted
-    counts = store.failure_counts("h200-fake", problem)
-    assert counts[FailureClass.REJECTED.value] == first.failures[FailureClass.REJECTED.value]
+    assert first.screened > 0  # the sampler drew configs the static rules reject...
+    trials = study_trials(store, first.study_name)
+    stages = collections.Counter(t.user_attrs["stage"] for t in trials)
+    assert set(stages) <= {"gpu", "compile"} and stages["gpu"] == 12  # ...and none of them became a trial
+    assert sum(evaluated_on_gpu(t) for t in trials) == 12
+    assert all(space.check(space.config(trial_params(t)), gpu, problem).feasible for t in trials)
+    assert FailureClass.REJECTED.value not in store.failure_counts("h200-fake", problem)
     candidates = {row.config_name for row in store.best("h200-fake", problem, limit=100)}
     assert len(candidates) == 12  # every GPU evaluation is a distinct config
-    assert all(space.check(space.config(r.params), gpu).feasible for r in store.best("h200-fake", problem, limit=100))
 
     again = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=3)).run()
     assert again.evaluated == 12 and again.study_name == first.study_name  # nothing new to do
-    assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 12
+    assert len(study_trials(store, first.study_name)) == len(trials)
 
     more = Search(space, gpu, problem, store, worker, SearchSettings(trials=14, jobs=2, seed=3)).run()
     assert more.evaluated == 14
     assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 14
 
 
+def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
+    from autotune.worker import FakeBackend
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(256, 256, 256)
+    result = Search(space, gpu, problem, store, worker, SearchSettings(trials=16, jobs=2, repeats=12)).run()
+    assert result.raced > 0
+    with sqlalchemy.create_engine(store.url).connect() as connection:
+        rows = connection.execute(sqlalchemy.text(
+            "SELECT k.name, m.samples_json FROM measurements m JOIN kernels k ON k.id = m.kernel_id "
+            "WHERE m.study = :study"), {"study": result.study_name}).all()
+    samples = collections.defaultdict(list)
+    for name, samples_json in rows:
+        samples[name].append(len(json.loads(samples_json)))
+    raced = [name for name, counts in samples.items() if counts == [FakeBackend.RACE_LAUNCHES]]
+    assert len(raced) == result.raced
+    best_ms = result.best.timing.median_ms
+    for name in raced:  # stopped only when clearly slower than a candidate measured before
+        assert problem.flops / (FakeBackend.kernel_tflops(name) * 1e9) > best_ms
+    assert samples[result.best_config.name][0] == 12  # the winner got every launch
+
+
 class RecordingWorker:
     """Passes tasks to a real (fake-backend) worker and records their kinds in order."""
 
     def __init__(self, worker):
-        self.worker, self.kinds = worker, []
+        self.worker, self.kinds, self.tasks = worker, [], []
 
     def run(self, task, timeout_s):
         self.kinds.append(type(task).__name__)
+        self.tasks.append(task)
         return self.worker.run(task, timeout_s=timeout_s)
 
     def __getattr__(self, name):
@@ -63,6 +102,7 @@ def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, wor
                     SearchSettings(trials=3, jobs=2, seed=1)).run()
     tail = recording.kinds[-2 * FINAL_ROUNDS:]
     assert tail == ["CublasTask", "KernelTask"] * FINAL_ROUNDS
+    assert all(task.race_ms is None for task in recording.tasks[-2 * FINAL_ROUNDS + 1::2])  # no racing there
     samples = len(result.best.timing.samples_ms)
     assert samples >= FINAL_ROUNDS and samples % FINAL_ROUNDS == 0  # every round's launches pooled
 

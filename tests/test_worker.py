@@ -26,6 +26,7 @@ from autotune.worker import (
     CONTEXT_LOST,
     STICKY_FAULTS,
     CublasTask,
+    FakeBackend,
     GpuWorker,
     KernelTask,
     ProbeTask,
@@ -148,7 +149,8 @@ def test_fake_backend_runs_kernel_and_cublas_tasks(fake):
     kernel = fake.run(task, timeout_s=10)
     cublas = fake.run(CublasTask(problem, 1, 1, 3), timeout_s=10)
     assert isinstance(kernel, Measurement) and kernel.resources == resources
-    assert kernel.tflops == pytest.approx(10.0) and cublas.tflops == pytest.approx(40.0)
+    assert kernel.tflops == pytest.approx(FakeBackend.kernel_tflops("k")) and cublas.tflops == pytest.approx(40.0)
+    assert 3.0 <= kernel.tflops <= 10.0 and len(kernel.timing.samples_ms) == 3
 
 
 def test_no_gpu_backend_raises_no_gpu_error_in_one_line():

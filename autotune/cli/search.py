@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from autotune.cli.arguments import (
@@ -15,6 +16,7 @@ from autotune.cli.arguments import (
     requested_gpu,
     require_positive,
 )
+from autotune.errors import InputError
 from autotune.gpus import GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
@@ -27,12 +29,16 @@ def register(sub) -> None:
         epilog="example: autotune search --gpu h200 --shape 4096 --dtype f32 --trials 150",
     )
     add_problem_arguments(search)
-    search.add_argument("--trials", type=int, default=100, help="GPU evaluations in the study (default 100)")
+    search.add_argument("--trials", type=int, default=100,
+                        help="GPU evaluations in the study, every process sharing it together (default 100)")
     search.add_argument("--timeout", type=float, help="stop this run after S seconds")
     add_db_argument(search)
     search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
     search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
     search.add_argument("--repeats", type=int, default=30, help="timed launches per candidate (default 30)")
+    search.add_argument("--device", type=int, default=0, help="CUDA device index of the (first) GPU (default 0)")
+    search.add_argument("--workers", type=int, default=1,
+                        help="GPU workers, one per device from --device on (default 1)")
     search.add_argument("--objective", default="time",
                         help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
                              "or pareto (the time/energy front)")
@@ -48,22 +54,39 @@ def run(args: argparse.Namespace) -> int:
     require_positive("--timeout", args.timeout)
     require_positive("--repeats", args.repeats)
     require_positive("--jobs", args.jobs)
+    require_positive("--workers", args.workers)
+    if args.device < 0:
+        raise InputError("--device", args.device, "a CUDA device index >= 0")
     make_objective(args.objective)
-    store = open_store(args.db)
 
-    from autotune.study import Search, SearchSettings
     from autotune.worker import GpuWorker
 
-    with GpuWorker(backend=args.backend) as worker:
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu)
+    with contextlib.ExitStack() as stack:
+        workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
+                   for i in range(args.workers)]
+        for worker in workers:
+            worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
+        from autotune.compile import CompilePool
+        from autotune.study import Search, SearchSettings
+
+        pool = stack.enter_context(CompilePool(args.jobs))
+        pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
+        store = open_store(args.db)
+        gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu)
         space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats, objective=args.objective)
-        print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
-              f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}", file=sys.stderr)
+
+        def on_environment(env) -> None:
+            attached_gpu_spec(requested, env, args.gpu)
+            devices = ", ".join(str(worker.device) for worker in workers)
+            print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
+                  f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}, "
+                  f"device{'s' if len(workers) > 1 else ''} {devices}", file=sys.stderr)
+
         progress = ProgressLine()
-        search = Search(space, gpu, problem, store, worker, settings, on_progress=progress)
+        search = Search(space, gpu, problem, store, workers, settings, on_progress=progress,
+                        on_environment=on_environment, pool=pool)
         try:
             result = search.run()
         finally:
@@ -78,6 +101,9 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
     print(f"study {result.study_name}: {result.evaluated} configs evaluated on the GPU")
     if result.failures:
         print("failures: " + ", ".join(f"{name} {n}" for name, n in sorted(result.failures.items())))
+    if result.screened or result.raced:
+        print(f"screened out by the static rules: {result.screened} sampled configs (never compiled); "
+              f"timing stopped early: {result.raced} clearly slower candidates")
     if result.best is None:
         print(f"no config verified; cuBLAS {cublas_ms:.4f} ms ({problem.tflops(cublas_ms):.1f} TFLOP/s)")
         return

@@ -1,0 +1,142 @@
+"""Search throughput: GPU evaluations per wall-clock second of a whole `autotune search` command.
+
+Each case runs `python -m autotune search` from a cold start: a fresh compile cache
+(a new, empty AUTOTUNE_CACHE) and a fresh results database, both in a new temporary
+directory (local disk, as ~/.cache and ~/.local/share would be; the database is copied
+to the output folder afterwards), verification and timing as in any search. The figure
+is the GPU evaluations in the study over the wall time of the command, start to exit
+(Python start-up, GPU worker start, compiles, the closing measurement against cuBLAS
+and the exit included).
+
+    python3 bench/throughput.py --out DIR [CASE...]     CASE: DTYPE:SIZE:TRIALS:TARGET, e.g. f32:4096:100:8
+
+Writes DIR/throughput.json, DIR/throughput.csv, DIR/throughput_DTYPE_SIZE.log (the
+command's output) and DIR/throughput_DTYPE_SIZE.db (its results database). Exits 1 when
+a case misses its target rate or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_CASES = ("f32:4096:100:8", "f32:1024:100:10", "f16:4096:100:4")
+SEARCH_TIMEOUT_S = 130  # the search stops itself here (--timeout): a case this slow has missed by far
+CASE_TIMEOUT_S = 150  # and is killed here; three cases stay inside 8 minutes whatever happens
+
+
+@dataclasses.dataclass
+class Outcome:
+    case: str
+    dtype: str
+    size: int
+    trials: int
+    target_per_s: float
+    exit_code: int
+    wall_s: float
+    evaluated: int
+    per_s: float
+    best_ratio: float | None  # cuBLAS time over the best config's, measured side by side in the run
+    best_config: str | None
+    raced: int | None
+    screened: int | None
+    failures: str
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and self.evaluated >= self.trials and self.per_s >= self.target_per_s
+
+
+def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> Outcome:
+    dtype, size, trials, target = case.split(":")
+    name = f"throughput_{dtype}_{size}"
+    scratch = Path(tempfile.mkdtemp(prefix="autotune-throughput-"))
+    cache, database = scratch / "cache", scratch / f"{name}.db"  # nothing compiled, nothing recorded yet
+    command = [sys.executable, "-m", "autotune", "search", "--gpu", gpu, "--shape", size, "--dtype", dtype,
+               "--trials", trials, "--db", f"sqlite:///{database.resolve()}", "--backend", backend,
+               "--timeout", str(SEARCH_TIMEOUT_S)]
+    if jobs:
+        command += ["--jobs", str(jobs)]
+    env = {**os.environ, "AUTOTUNE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=CASE_TIMEOUT_S)
+        exit_code, stdout, stderr = result.returncode, result.stdout, result.stderr
+    except subprocess.TimeoutExpired as expired:
+        exit_code, stdout, stderr = 124, _text(expired.stdout), _text(expired.stderr) + "\ntimed out\n"
+    wall_s = time.monotonic() - started
+    (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stderr}{stdout}")
+    evaluated = _evaluated(database)
+    if database.exists():
+        shutil.copy(database, out / database.name)
+    shutil.rmtree(scratch, ignore_errors=True)
+    ratio = re.search(r"(\d+\.\d+)x cuBLAS \(", stdout)
+    best = re.search(r"^best: (\S+)", stdout, re.M)
+    counts = re.search(r"screened out by the static rules: (\d+) .*timing stopped early: (\d+)", stdout)
+    failures = re.search(r"^failures: (.*)$", stdout, re.M)
+    return Outcome(case, dtype, int(size), int(trials), float(target), exit_code, round(wall_s, 2), evaluated,
+                   round(evaluated / wall_s, 2), float(ratio.group(1)) if ratio else None,
+                   best.group(1) if best else None, int(counts.group(2)) if counts else None,
+                   int(counts.group(1)) if counts else None, failures.group(1) if failures else "")
+
+
+def _evaluated(database: Path) -> int:
+    """GPU evaluations in the case's study, counted in the database."""
+    if not database.exists():
+        return 0
+    import optuna
+
+    from autotune.ledger import evaluated_on_gpu
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{database.resolve()}"
+    names = optuna.get_all_study_names(url)
+    if not names:
+        return 0
+    return sum(evaluated_on_gpu(t) for name in names
+               for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False))
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", default=list(DEFAULT_CASES), help="DTYPE:SIZE:TRIALS:TARGET ...")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench/out")))
+    parser.add_argument("--gpu", default="h200")
+    parser.add_argument("--backend", default="cupy", help="cupy, or fake for a dry run without a GPU")
+    parser.add_argument("--jobs", type=int, help="compile processes (default: autotune's)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    for case in args.cases:
+        outcome = run_case(case, args.out, args.gpu, args.backend, args.jobs)
+        outcomes.append(outcome)
+        verdict = "ok" if outcome.passed else "MISSED"
+        ratio = f"{outcome.best_ratio:.3f}x cuBLAS" if outcome.best_ratio else "no verified config"
+        print(f"{case}: {outcome.evaluated} GPU evaluations in {outcome.wall_s:.1f} s = {outcome.per_s:.2f}/s "
+              f"(target {outcome.target_per_s:g}/s, {verdict}); best {ratio}; raced {outcome.raced}, "
+              f"exit {outcome.exit_code}", flush=True)
+    rows = [{**dataclasses.asdict(o), "passed": o.passed} for o in outcomes]
+    (args.out / "throughput.json").write_text(json.dumps(rows, indent=2) + "\n")
+    with open(args.out / "throughput.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

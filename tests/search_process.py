@@ -1,0 +1,60 @@
+"""A search of the tiny test family (tests/data/tiny.toml) in a process of its own, with the fake GPU.
+
+Tests start several at once on one database, or kill one, and look at the study afterwards:
+
+    python tests/search_process.py URL TRIALS [--kernel-s S] [--heartbeat S] [--grace S] [--seed N]
+
+``--kernel-s`` makes every kernel take S seconds on the fake GPU, so that a search is caught
+with candidates running. Prints ``evaluated N`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from autotune.worker import FakeBackend, KernelTask
+
+TINY = Path(__file__).with_name("data") / "tiny.toml"
+
+
+class SlowFakeBackend(FakeBackend):
+    """The fake GPU, taking ``$AUTOTUNE_TEST_KERNEL_S`` seconds per kernel."""
+
+    def run(self, task):
+        if isinstance(task, KernelTask):
+            time.sleep(float(os.environ.get("AUTOTUNE_TEST_KERNEL_S", "0")))
+        return super().run(task)
+
+
+def main(argv: list[str]) -> int:
+    from autotune.db import ResultStore
+    from autotune.gpus import gpu_spec
+    from autotune.problem import GemmProblem
+    from autotune.space import SearchSpace
+    from autotune.study import Search, SearchSettings
+    from autotune.worker import GpuWorker
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("trials", type=int)
+    parser.add_argument("--kernel-s", type=float, default=0.0)
+    parser.add_argument("--heartbeat", type=int, default=5)
+    parser.add_argument("--grace", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ["AUTOTUNE_TEST_KERNEL_S"] = str(args.kernel_s)
+    settings = SearchSettings(trials=args.trials, jobs=1, seed=args.seed, heartbeat_s=args.heartbeat,
+                              grace_s=args.grace)
+    with GpuWorker(backend=SlowFakeBackend) as worker:
+        result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(args.url),
+                        worker, settings).run()
+    print(f"evaluated {result.evaluated}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,58 @@
+"""Racing on a real GPU: a kernel slower than race_ms stops timing early, and is verified all the same."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from autotune.problem import GemmProblem
+
+pytestmark = pytest.mark.gpu
+
+PLANTED = Path(__file__).parent / "data" / "planted.toml"
+
+
+def test_time_launches_stops_a_kernel_slower_than_race_ms():
+    import cupy
+
+    from autotune import measure
+
+    a = cupy.ones((1024, 1024), dtype=cupy.float32)
+    out = cupy.empty_like(a)
+
+    def launch():
+        cupy.matmul(a, a, out=out)
+
+    raced = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e-6)  # every kernel is slower
+    assert len(raced.samples_ms) == measure.RACE_LAUNCHES
+    contender = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e6)
+    assert len(contender.samples_ms) == 20
+    plain = measure.time_launches(launch, warmup=2, repeats=20)
+    assert len(plain.samples_ms) == 20
+    assert raced.median_ms == pytest.approx(plain.median_ms, rel=0.5)  # the same kernel, fewer launches
+
+
+@pytest.mark.parametrize("mode, verified", [(0, True), (3, False)])  # 3 ignores beta: a wrong answer
+def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
+    from autotune.compile import compile_kernel
+    from autotune.gpus import GPUS
+    from autotune.measure import RACE_LAUNCHES
+    from autotune.records import Failure, Measurement
+    from autotune.render import render
+    from autotune.space import SearchSpace
+    from autotune.study import kernel_task
+    from autotune.worker import GpuWorker
+
+    space = SearchSpace(PLANTED)
+    problem = GemmProblem(512, 256, 128, "f32", beta=0.5)
+    with GpuWorker() as worker:
+        gpu = GPUS[worker.environment().gpu_key]
+        config = space.config({"MODE": mode})
+        task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem, seed=0,
+                           warmup=3, repeats=20)
+        result = worker.run(dataclasses.replace(task, race_ms=1e-6), timeout_s=60)
+    if verified:
+        assert isinstance(result, Measurement) and result.max_error <= 1.0
+        assert len(result.timing.samples_ms) == RACE_LAUNCHES
+    else:
+        assert isinstance(result, Failure) and result.failure_class == "wrong_answer"

@@ -1,0 +1,94 @@
+"""The pieces that keep a GPU busy: workers begun early, lanes, a compile pool that can be stopped."""
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+from autotune.lanes import GpuLane
+
+
+def test_begin_returns_at_once_and_the_environment_waits_for_the_worker():
+    from autotune.worker import GpuWorker
+
+    worker = GpuWorker(backend="fake")
+    try:
+        started = time.monotonic()
+        worker.begin()
+        worker.begin()  # still starting: not a second child
+        assert time.monotonic() - started < 1.0 and worker.pid is not None
+        first = worker.pid
+        assert worker.environment().gpu_key == "h200"
+        assert worker.pid == first and worker.restarts == 0
+    finally:
+        worker.close()
+    assert worker.pid is None
+
+
+class Recorder:
+    """A stand-in worker: each job appends its tag; the first job waits until released."""
+
+    device = 7
+
+    def __init__(self):
+        self.ran, self.release = [], threading.Event()
+
+
+def test_a_lane_runs_jobs_in_order_and_gives_back_those_not_started():
+    events = queue.Queue()
+    worker = Recorder()
+    lane = GpuLane(0, worker, events)
+
+    def job(tag):
+        def run(w):
+            if tag == "first":
+                w.release.wait(10)
+            w.ran.append(tag)
+            return tag.upper()
+        return run
+
+    for tag in ("first", "second", "third", "fourth"):
+        lane.submit(tag, job(tag))
+    time.sleep(0.1)  # "first" is running, the others wait
+    assert lane.cancel_waiting(lambda tag: tag in ("third", "fourth")) == ["third", "fourth"]
+    assert lane.queued == 2 and lane.device == 7
+    worker.release.set()
+    results = [events.get(timeout=10) for _ in range(2)]
+    lane.stop(timeout_s=10)
+    assert [(tag, result) for _, tag, result in results] == [("first", "FIRST"), ("second", "SECOND")]
+    assert worker.ran == ["first", "second"]
+
+
+def test_a_failing_job_hands_its_exception_to_the_search():
+    events = queue.Queue()
+    lane = GpuLane(1, Recorder(), events)
+    lane.submit("bad", lambda worker: 1 / 0)
+    _, tag, result = events.get(timeout=10)
+    lane.stop(timeout_s=10)
+    assert tag == "bad" and isinstance(result, ZeroDivisionError)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie not reaped yet)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def test_a_compile_pool_stopped_without_waiting_ends_its_processes():
+    from autotune.compile import CompilePool
+
+    pool = CompilePool(jobs=2)
+    pool.warm_up()
+    busy = pool._executor.submit(time.sleep, 60)  # a compile that would take a minute
+    deadline = time.monotonic() + 60
+    while not busy.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [process.pid for process in pool._executor._processes.values()]
+    started = time.monotonic()
+    pool.close(wait=False)
+    while not all(_ended(pid) for pid in pids) and time.monotonic() - started < 10:
+        time.sleep(0.05)
+    assert pids and all(_ended(pid) for pid in pids)  # the minute-long compile was not waited for

@@ -1,0 +1,152 @@
+"""Several searches on one study: a global budget, each config once, dead processes' slots freed."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from autotune.db import ResultStore
+from autotune.gpus import gpu_spec
+from autotune.ledger import FAILURE, Admission, StudyLedger, evaluated_on_gpu, holds_slot
+from autotune.problem import GemmProblem
+from autotune.space import SearchSpace
+from autotune.study import Search, SearchSettings
+
+HERE = Path(__file__).parent
+TINY = HERE / "data" / "tiny.toml"
+ROOT = HERE.parent
+
+
+def start_search(url: str, trials: int, *options: str) -> subprocess.Popen:
+    """tests/search_process.py in a session of its own (so that it can be killed with its workers)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, str(HERE / "search_process.py"), url, str(trials), *options],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def the_study(url: str) -> optuna.Study:
+    (name,) = optuna.get_all_study_names(url)
+    return optuna.load_study(study_name=name, storage=url)
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path}/shared.db"
+    ResultStore(url).close()  # migrated once, before any search starts
+    return url
+
+
+def test_four_concurrent_searches_end_with_exactly_the_budget(url):
+    searches = [start_search(url, 40) for _ in range(4)]  # all of them start with the space's seeds
+    outputs = [search.communicate(timeout=600) for search in searches]
+    for search, (out, err) in zip(searches, outputs):
+        assert search.returncode == 0, err
+        assert out.strip() == "evaluated 40"
+    trials = the_study(url).get_trials(deepcopy=False)
+    evaluated = [t for t in trials if evaluated_on_gpu(t)]
+    assert len(evaluated) == 40
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    per_config = collections.Counter(t.user_attrs["config"] for t in evaluated)
+    assert max(per_config.values()) == 1  # every config evaluated once: the seeds too
+    seeds = [seed.name for seed in SearchSpace(TINY).seeds]
+    assert all(per_config[seed] == 1 for seed in seeds)
+    with sqlalchemy.create_engine(url).connect() as connection:
+        rows, kernels = connection.execute(sqlalchemy.text(
+            "SELECT count(*), count(DISTINCT kernel_id) FROM measurements WHERE kernel_id IS NOT NULL")).one()
+        failures = connection.execute(sqlalchemy.text("SELECT count(*), count(DISTINCT kernel_id) FROM failures")).one()
+    assert kernels == 40 and rows == 40 + 4  # one row per evaluation, and each search's closing measurement
+    assert failures[0] == failures[1]  # each failed config recorded once
+
+
+def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
+    killed = start_search(url, 12, "--kernel-s", "0.3", "--heartbeat", "1", "--grace", "2")
+    deadline = time.monotonic() + 300
+    while True:
+        assert time.monotonic() < deadline and killed.poll() is None, "the search ended before it could be killed"
+        try:
+            trials = the_study(url).get_trials(deepcopy=False)
+        except (ValueError, KeyError):  # no study yet
+            trials = []
+        if sum(evaluated_on_gpu(t) for t in trials) >= 2 and any(t.state == TrialState.RUNNING for t in trials):
+            break
+        time.sleep(0.1)
+    os.killpg(killed.pid, signal.SIGKILL)  # the search, its GPU worker and its compile process
+    killed.communicate()
+    left_running = {t._trial_id for t in the_study(url).get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
+    assert left_running
+
+    from autotune.worker import GpuWorker
+
+    with GpuWorker(backend="fake") as worker:
+        result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(url), worker,
+                        SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2)).run()
+    assert result.evaluated == 12
+    trials = {t._trial_id: t for t in the_study(url).get_trials(deepcopy=False)}
+    assert sum(evaluated_on_gpu(t) for t in trials.values()) == 12
+    assert not [t for t in trials.values() if t.state == TrialState.RUNNING]
+    for trial_id in left_running:  # failed as stale: not counted, not a GPU failure
+        assert trials[trial_id].state == TrialState.FAIL and FAILURE not in trials[trial_id].user_attrs
+
+
+def test_slots_are_refused_past_the_budget_and_for_a_config_held_earlier(url):
+    space = SearchSpace(TINY)
+    configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:4]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "slots", ["minimize"], distributions, budget=2, heartbeat_s=1, grace_s=2)
+    try:
+        first = ledger.reserve(configs[0], device=0)
+        assert first.admission is Admission.ADMITTED
+        assert ledger.reserve(configs[0], device=1).admission is Admission.DUPLICATE
+        assert ledger.record_compile_failure(configs[1], "resource", "too many registers")
+        assert not ledger.record_compile_failure(configs[1], "resource", "too many registers")  # recorded once
+        assert ledger.reserve(configs[1], device=0).admission is Admission.DUPLICATE  # it failed to compile
+        second = ledger.reserve(configs[2], device=0)
+        assert second.admission is Admission.ADMITTED
+        assert ledger.reserve(configs[3], device=0).admission is Admission.FULL  # two slots held
+        ledger.finish(first.trial_id, {}, (1.5,))
+        ledger.release(second.trial_id)  # given back unused: the budget has room again
+        third = ledger.reserve(configs[3], device=0)
+        assert third.admission is Admission.ADMITTED
+        ledger.finish(third.trial_id, {FAILURE: "wrong_answer", "reason": "max error 3x the bound"}, None)
+        view = ledger.view(fresh=True)
+        assert view.evaluated == 2 and view.held == 2  # a GPU failure counts as an evaluation
+        assert view.taken == {configs[0].name, configs[1].name, configs[3].name}
+        assert [t.params for t in view.learnable if t.state == TrialState.COMPLETE] == [configs[0].as_dict()]
+        assert sum(holds_slot(t) for t in view.trials) == 2
+    finally:
+        ledger.close()
+
+
+def _open_ledger(url: str, barrier, results) -> None:
+    barrier.wait()  # every process creates Optuna's tables and the study at the same moment
+    try:
+        ledger = StudyLedger(url, "together", ["minimize"], {}, budget=1, heartbeat_s=1, grace_s=2)
+        ledger.close()
+        results.put(ledger.study_id)
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_searches_started_together_open_one_study(url):
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(6), context.Queue()
+    processes = [context.Process(target=_open_ledger, args=(url, barrier, results)) for _ in range(6)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(30)
+    assert len(set(outcomes)) == 1 and isinstance(outcomes[0], int), outcomes
+    assert optuna.get_all_study_names(url) == ["together"]
