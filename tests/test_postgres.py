@@ -9,8 +9,9 @@ import io
 import json
 from pathlib import Path
 
-import psycopg
 import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL driver (psycopg, in the test extra) is not installed")
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from postgres_server import missing, server_for

@@ -126,7 +126,7 @@ class CupyDevice:
 
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
-        if self.cupy.cuda.runtime.getDevice() == self.index and stream is self.cupy.cuda.get_current_stream():
+        if self.cupy.cuda.runtime.getDevice() == self.index and stream.ptr == self.cupy.cuda.get_current_stream().ptr:
             self._cublas(a, b, c, alpha, beta)
             return
         with self.cupy.cuda.Device(self.index), stream:
