@@ -290,19 +290,23 @@ class StudyLedger:
         """Beat for this process's running trials every ``heartbeat_s``, and at once for a new one
         (a running trial that never beat is never found stale)."""
         beaten: set[int] = set()
+        last_round = time.monotonic()
         while not self._stop.is_set():
-            woken = self._new_slot.wait(self.heartbeat_s)
+            self._new_slot.wait(max(0.0, last_round + self.heartbeat_s - time.monotonic()))
             self._new_slot.clear()
+            round_due = time.monotonic() >= last_round + self.heartbeat_s
+            if round_due:
+                last_round = time.monotonic()
             with self._lock:
                 running = sorted(self._mine)
             for trial_id in running:
-                if woken and trial_id in beaten:
-                    continue  # a new slot woke us: beat only the new ones
+                if not round_due and trial_id in beaten:
+                    continue  # a new slot woke us before the round: beat only the new ones
                 try:
                     self.storage.record_heartbeat(trial_id)
                     beaten.add(trial_id)
                 except SQLAlchemyError:
-                    pass  # the next beat tries again; a grace period is several beats long
+                    pass  # the next round tries again; a grace period is several rounds long
 
 
 def _rdb_storage(url: str, heartbeat_s: int, grace_s: int) -> optuna.storages.RDBStorage:

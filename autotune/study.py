@@ -62,6 +62,7 @@ LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
 READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
 BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left
 REFERENCE = "reference"  # the lane job that measures cuBLAS
+IDLE_POLL_S = 0.5  # how often a search with nothing in flight looks at other processes' slots
 LANE_SWITCH_S = 0.001  # the thread switch interval during a search (Python's default 5 ms would idle a GPU)
 
 
@@ -240,12 +241,18 @@ class Search:
             full = self._dispatch(ledger, lanes)  # the GPUs first: proposing and compiling can wait
             self._compile_ahead(ledger, ledger.view(), pool, len(lanes))
             idle = not (self._compiling or self._ready or any(lane.queued for lane in lanes))
-            if idle and not view.running_elsewhere:
-                return  # every feasible config is taken, and no other process holds a slot
+            if idle:  # nothing of ours in flight: decide on the study as it is now
+                view = ledger.view(fresh=True)
+                if view.evaluated >= self.settings.trials:
+                    continue
+                if not view.running_elsewhere:
+                    if self._exhausted:
+                        return  # every feasible config is taken
+                    continue  # the budget has room again
             if idle or full:  # waiting for slots held elsewhere: they finish, or their process died
                 self._fail_stale(ledger)
             try:
-                event = self._events.get(timeout=self.settings.heartbeat_s)
+                event = self._events.get(timeout=IDLE_POLL_S if idle else self.settings.heartbeat_s)
             except queue.Empty:
                 continue
             self._handle(ledger, event, progress)

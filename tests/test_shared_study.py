@@ -150,3 +150,22 @@ def test_searches_started_together_open_one_study(url):
         process.join(30)
     assert len(set(outcomes)) == 1 and isinstance(outcomes[0], int), outcomes
     assert optuna.get_all_study_names(url) == ["together"]
+
+
+def test_a_long_running_slot_keeps_beating_while_new_slots_come_and_go(url):
+    space = SearchSpace(TINY)
+    configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:16]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=2)
+    other = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=2)
+    try:
+        long = ledger.reserve(configs[0], device=0)  # a candidate that takes a while on its GPU
+        for config in configs[1:]:  # while other candidates are reserved and finished all along
+            slot = ledger.reserve(config, device=0)
+            ledger.finish(slot.trial_id, {}, (1.0,))
+            time.sleep(0.25)
+        other.fail_stale()  # another process looking for dead processes' slots
+        assert ledger.storage.get_trial(long.trial_id).state == TrialState.RUNNING
+    finally:
+        other.close()
+        ledger.close()
