@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def autotune(*args, env=None, timeout=600):
-    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)  # the tree first, then what was there
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env)
 

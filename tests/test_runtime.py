@@ -148,6 +148,8 @@ def test_table_file_round_trip_and_environment_variable(tmp_path, monkeypatch):
     (lambda d: d["dtypes"]["f32"]["rules"][0].update(kernel="missing"), "'missing'"),
     (lambda d: d["dtypes"]["f32"]["kernels"][0]["launch"].update(grid=["__import__('os')", "1", "1"]), "grid"),
     (lambda d: d["dtypes"]["f32"]["rules"][0].update(ms=-1), "positive"),
+    (lambda d: d.update(arch="sm_90 */ int evil;"), "arch"),
+    (lambda d: d.update(gpu="h200 */"), "gpu"),
 ])
 def test_bad_table_files_are_refused_in_one_line(tmp_path, edit, fragment):
     data = small_table().to_dict()

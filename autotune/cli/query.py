@@ -18,7 +18,7 @@ from autotune.gpus import AUTO, GpuSpec, gpu_spec
 from autotune.objective import Point, pareto_front
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ratio_text, table
-from autotune.space import load_space
+from autotune.space import resolve_family
 
 
 def register(sub) -> None:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--arch", args.arch, "--gpu NAME with --objective energy or pareto")
         return _query_energy(store, gpu, problem, args)
     if args.family:
-        load_space(args.family)  # an unknown family is an error that lists the known ones
+        args.family = resolve_family(args.family).family  # a shipped name or a path; anything else is an error
     arch = gpu.sm if gpu else _known_arch(args.arch)
     keys = [gpu.key] if gpu else _keys_of_arch(store, arch)
     rows = _best(store, keys, problem, args)

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         pool = stack.enter_context(CompilePool(args.jobs))
         pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
         store = open_store(args.db)
-        gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu)
+        gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
+                                             workers[0].device_properties())
         space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats, objective=args.objective)
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
 
-    _print_result(result, problem, store.url)
+    _print_result(result, problem, store.shown_url)
     return 0
 
 

@@ -84,8 +84,8 @@ def library_context(table: KernelTable) -> dict[str, Any]:
     dtypes = [_dtype_context(name, table.dtypes.get(name), index) for name in FUNCTIONS]
     return {
         "scope": table.scope, "arch": table.arch, "arch_major": int(match.group(1)), "arch_minor": int(match.group(2)),
-        "version": __version__, "created_at": table.created_at, "source": table.source,
-        "measured_on": ", ".join(table.measured_on),
+        "version": __version__, "created_at": _comment_text(table.created_at), "source": _comment_text(table.source),
+        "measured_on": _comment_text(", ".join(table.measured_on)),
         "has_f32": bool(dtypes[0]["rules"]), "has_f16": bool(dtypes[1]["rules"]),
         "kernels": [_kernel_context(kernel) for kernel in kernels], "dtypes": dtypes,
     }
@@ -104,7 +104,14 @@ def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -
 
 def _rule_note(rule) -> str:
     ratio = f", {rule.ratio_to_cublas:.3f}x cuBLAS" if rule.ratio_to_cublas else ""
-    return f"{rule.ms:.4g} ms{ratio} on {rule.measured_on}".replace("*/", "* /")
+    return _comment_text(f"{rule.ms:.4g} ms{ratio} on {rule.measured_on}")
+
+
+def _comment_text(text: str) -> str:
+    """Text from a table file or database made safe inside C and CMake comments: one line of printable
+    characters, no comment end."""
+    text = "".join(c if c.isprintable() else " " for c in str(text))
+    return text.replace("*/", "* /")
 
 
 def _kernel_context(kernel: TableKernel) -> dict[str, Any]:

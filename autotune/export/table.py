@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,11 @@ class KernelTable:
                 if missing:
                     raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
                 dtypes[dtype] = DtypeTable(kernels, rules)
-            return cls(arch=str(data["arch"]), gpu=data.get("gpu"), measured_on=tuple(data["measured_on"]),
+            if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["arch"])):
+                raise ValueError(f"arch {data['arch']!r} (expected sm_XY, e.g. sm_90)")
+            if data.get("gpu") is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", str(data["gpu"])):
+                raise ValueError(f"gpu {data['gpu']!r} (expected a GPU key such as h200)")
+            return cls(arch=str(data["arch"]), gpu=data.get("gpu"), measured_on=tuple(map(str, data["measured_on"])),
                        dtypes=dtypes, created_at=str(data.get("created_at", "")), source=str(data.get("source", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise TableError(f"{where} is malformed: {type(error).__name__}: {error}") from None
