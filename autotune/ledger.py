@@ -42,6 +42,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.errors import DatabaseError
 from autotune.space import Config
+from autotune.urls import shown_url
 
 STAGE = "stage"
 CONFIG = "config"
@@ -167,7 +168,7 @@ class StudyLedger:
         self.distributions = distributions
         self.heartbeat_s = heartbeat_s
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.storage = _retried(lambda: _rdb_storage(url, heartbeat_s, grace_s), f"open the Optuna storage of {url}")
+        self.storage = _retried(lambda: _rdb_storage(url, heartbeat_s, grace_s), f"open the Optuna storage of {shown_url(url)}")
         self.study = _retried(lambda: optuna.create_study(
             study_name=name, storage=self.storage, sampler=sampler, directions=directions, load_if_exists=True),
             f"create or load study {name}")
