@@ -18,7 +18,7 @@ def test_begin_returns_at_once_and_the_environment_waits_for_the_worker():
         worker.begin()  # still starting: not a second child
         assert time.monotonic() - started < 1.0 and worker.pid is not None
         first = worker.pid
-        assert worker.environment().gpu_key == "h200"
+        assert worker.environment().gpu_key == "h200-fake"  # the fake GPU is kept apart from a real H200
         assert worker.pid == first and worker.restarts == 0
     finally:
         worker.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 
 from autotune.cli.arguments import (
@@ -17,7 +18,7 @@ from autotune.cli.arguments import (
     require_positive,
 )
 from autotune.errors import InputError
-from autotune.gpus import GPUS
+from autotune.gpus import FAKE_SUFFIX, GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(args.db)
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
                                              workers[0].device_properties())
+        if args.backend == "fake":  # its study, like its results, is kept apart from the real GPU's
+            gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
         space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats, objective=args.objective)
