@@ -169,3 +169,24 @@ def test_a_long_running_slot_keeps_beating_while_new_slots_come_and_go(url):
     finally:
         other.close()
         ledger.close()
+
+
+def test_a_slot_whose_process_died_before_its_first_heartbeat_is_failed_after_the_grace_period(url):
+    space = SearchSpace(TINY)
+    configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:2]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "unbeaten", ["minimize"], distributions, budget=1, heartbeat_s=1, grace_s=2)
+    try:
+        orphan = optuna.trial.create_trial(  # what a process killed right after creating its slot leaves
+            state=TrialState.RUNNING, user_attrs={"config": configs[0].name, "params": configs[0].as_dict(),
+                                                  "stage": "gpu", "device": 0})
+        orphan_id = ledger.storage.create_new_trial(ledger.study_id, template_trial=orphan)
+        assert ledger.reserve(configs[1], device=0).admission is Admission.FULL  # it holds the only slot
+        ledger.fail_stale()
+        assert ledger.storage.get_trial(orphan_id).state == TrialState.RUNNING  # younger than the grace period
+        time.sleep(2.5)
+        ledger.fail_stale()
+        assert ledger.storage.get_trial(orphan_id).state == TrialState.FAIL
+        assert ledger.reserve(configs[1], device=0).admission is Admission.ADMITTED
+    finally:
+        ledger.close()
