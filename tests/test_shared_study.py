@@ -89,7 +89,7 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
 
     with GpuWorker(backend="fake") as worker:
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(url), worker,
-                        SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2)).run()
+                        SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2, timeout_s=120)).run()
     assert result.evaluated == 12
     trials = {t._trial_id: t for t in the_study(url).get_trials(deepcopy=False)}
     assert sum(evaluated_on_gpu(t) for t in trials.values()) == 12
