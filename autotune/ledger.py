@@ -12,7 +12,9 @@ whose candidate does not run is *released* (failed, never counted).
 Running trials are kept alive by Optuna heartbeats (``RDBStorage(heartbeat_interval,
 grace_period)``); a search that starts, or that waits for other processes' slots,
 fails the trials of processes that stopped beating (:func:`optuna.storages.fail_stale_trials`),
-which frees their slots.
+which frees their slots. A slot beats at once when it is created; one that never beat
+(its process died in between, and Optuna's check passes over trials without a
+heartbeat) is failed once it is older than the grace period.
 
 A trial carries its config as user attributes, ``config`` (the name) and ``params``
 (the knob values), not as Optuna parameters: Optuna checks each parameter of a new
@@ -28,6 +30,7 @@ values, and ``ms`` where the value is not the time) or FAIL with a ``failure`` c
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import functools
 import threading
@@ -36,6 +39,7 @@ import warnings
 from collections.abc import Callable
 
 import optuna
+import sqlalchemy
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
@@ -166,7 +170,7 @@ class StudyLedger:
                  sampler: optuna.samplers.BaseSampler | None = None):
         self.budget = budget
         self.distributions = distributions
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s, self.grace_s = heartbeat_s, grace_s
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.storage = _retried(lambda: _rdb_storage(url, heartbeat_s, grace_s), f"open the Optuna storage of {shown_url(url)}")
         self.study = _retried(lambda: optuna.create_study(
@@ -179,7 +183,6 @@ class StudyLedger:
         self._viewed_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._new_slot = threading.Event()  # wakes the heartbeat thread: a new slot beats at once
         self._beating = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
         self._beating.start()
 
@@ -196,8 +199,21 @@ class StudyLedger:
         return self._view
 
     def fail_stale(self) -> None:
-        """Fail running trials whose process stopped beating, freeing their slots."""
+        """Fail running trials whose process stopped beating, or never beat, freeing their slots."""
         _quietly(lambda: optuna.storages.fail_stale_trials(self.study))
+        cutoff = datetime.datetime.now() - datetime.timedelta(seconds=self.grace_s)
+        with self._lock:
+            mine = set(self._mine)
+        old = [t._trial_id for t in self.view(fresh=True).trials if t.state == TrialState.RUNNING
+               and holds_slot(t) and t._trial_id not in mine and t.datetime_start and t.datetime_start < cutoff]
+        if not old:
+            return
+        with self.storage.engine.connect() as connection:  # Optuna's heartbeat table: no API lists it
+            beaten = set(connection.scalars(
+                sqlalchemy.text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids")
+                .bindparams(sqlalchemy.bindparam("ids", expanding=True)), {"ids": old}))
+        for trial_id in set(old) - beaten:
+            self._close(trial_id, TrialState.FAIL, None)
 
     # -- GPU slots -----------------------------------------------------------------
 
@@ -206,7 +222,7 @@ class StudyLedger:
         trial_id = self._create(TrialState.RUNNING, config, {STAGE: GPU, "device": device})
         with self._lock:
             self._mine.add(trial_id)
-        self._new_slot.set()
+        self.storage.record_heartbeat(trial_id)  # a slot that never beat is only found stale late
         earlier = [t for t in self.view(fresh=True).trials if t._trial_id < trial_id]
         if any(t.user_attrs.get(CONFIG) == config.name and _taken_by(t) for t in earlier):
             self.release(trial_id)
@@ -253,7 +269,6 @@ class StudyLedger:
             self.release_all()
         finally:
             self._stop.set()
-            self._new_slot.set()
             self._beating.join(timeout=self.heartbeat_s + 1)
 
     # -- internals ---------------------------------------------------------------------
@@ -288,24 +303,13 @@ class StudyLedger:
             pass  # failed as stale by another process meanwhile: its slot is free already
 
     def _beat(self) -> None:
-        """Beat for this process's running trials every ``heartbeat_s``, and at once for a new one
-        (a running trial that never beat is never found stale)."""
-        beaten: set[int] = set()
-        last_round = time.monotonic()
-        while not self._stop.is_set():
-            self._new_slot.wait(max(0.0, last_round + self.heartbeat_s - time.monotonic()))
-            self._new_slot.clear()
-            round_due = time.monotonic() >= last_round + self.heartbeat_s
-            if round_due:
-                last_round = time.monotonic()
+        """Beat for this process's running trials every ``heartbeat_s`` (each beat once when reserved)."""
+        while not self._stop.wait(self.heartbeat_s):
             with self._lock:
                 running = sorted(self._mine)
             for trial_id in running:
-                if not round_due and trial_id in beaten:
-                    continue  # a new slot woke us before the round: beat only the new ones
                 try:
                     self.storage.record_heartbeat(trial_id)
-                    beaten.add(trial_id)
                 except SQLAlchemyError:
                     pass  # the next round tries again; a grace period is several rounds long
 

@@ -89,7 +89,7 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
 
     with GpuWorker(backend="fake") as worker:
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(url), worker,
-                        SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2)).run()
+                        SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2, timeout_s=120)).run()
     assert result.evaluated == 12
     trials = {t._trial_id: t for t in the_study(url).get_trials(deepcopy=False)}
     assert sum(evaluated_on_gpu(t) for t in trials.values()) == 12
@@ -168,4 +168,25 @@ def test_a_long_running_slot_keeps_beating_while_new_slots_come_and_go(url):
         assert ledger.storage.get_trial(long.trial_id).state == TrialState.RUNNING
     finally:
         other.close()
+        ledger.close()
+
+
+def test_a_slot_whose_process_died_before_its_first_heartbeat_is_failed_after_the_grace_period(url):
+    space = SearchSpace(TINY)
+    configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:2]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "unbeaten", ["minimize"], distributions, budget=1, heartbeat_s=1, grace_s=2)
+    try:
+        orphan = optuna.trial.create_trial(  # what a process killed right after creating its slot leaves
+            state=TrialState.RUNNING, user_attrs={"config": configs[0].name, "params": configs[0].as_dict(),
+                                                  "stage": "gpu", "device": 0})
+        orphan_id = ledger.storage.create_new_trial(ledger.study_id, template_trial=orphan)
+        assert ledger.reserve(configs[1], device=0).admission is Admission.FULL  # it holds the only slot
+        ledger.fail_stale()
+        assert ledger.storage.get_trial(orphan_id).state == TrialState.RUNNING  # younger than the grace period
+        time.sleep(2.5)
+        ledger.fail_stale()
+        assert ledger.storage.get_trial(orphan_id).state == TrialState.FAIL
+        assert ledger.reserve(configs[1], device=0).admission is Admission.ADMITTED
+    finally:
         ledger.close()
