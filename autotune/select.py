@@ -47,15 +47,20 @@ class SelectionTable:
         candidates = [e for e in self.entries if e.problem != exclude and e.problem.dtype == problem.dtype]
         if not candidates:
             return None
-        return min(candidates, key=lambda e: (round(_distance(e.problem, problem), 9), -_volume(e.problem)))
+        return nearest(candidates, (problem.m, problem.n, problem.k), lambda e: (e.problem.m, e.problem.n, e.problem.k))
 
 
-def _volume(problem: GemmProblem) -> int:
-    return problem.m * problem.n * problem.k
+def nearest(items, shape: tuple[int, int, int], shape_of):
+    """The item whose tuned shape (``shape_of(item)``) is nearest to ``shape``: the least
+    |log m - log m'| + |log n - log n'| + |log k - log k'| (rounded to 9 decimals), a tie going
+    to the larger tuned shape, then to the earlier item. The one rule of every selection table."""
 
+    def key(item):
+        tuned = shape_of(item)
+        distance = sum(abs(math.log(x) - math.log(y)) for x, y in zip(tuned, shape))
+        return round(distance, 9), -tuned[0] * tuned[1] * tuned[2]
 
-def _distance(a: GemmProblem, b: GemmProblem) -> float:
-    return sum(abs(math.log(x) - math.log(y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+    return min(items, key=key)
 
 
 def build(store: ResultStore, gpu_key: str, dtype: str) -> tuple[SelectionTable, dict[GemmProblem, dict[str, float]]]:

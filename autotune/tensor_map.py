@@ -58,6 +58,16 @@ def fits_tma(pointer: int, columns: int, element_bytes: int) -> bool:
     return pointer % 16 == 0 and (columns * element_bytes) % 16 == 0
 
 
+def argument(spec: TensorMapSpec, pointer: int, m: int, n: int, k: int, element_bytes: int) -> bytes:
+    """The 128 bytes a kernel takes for ``spec`` in an M x N x K launch whose operand starts at
+    ``pointer``: the encoded map, or zeros for an operand TMA cannot address (the kernel checks
+    the same condition and copies element-wise)."""
+    rows, columns = spec.shape(m, n, k)
+    if not fits_tma(pointer, columns, element_bytes):
+        return bytes(TENSOR_MAP_BYTES)
+    return encode(spec, pointer, rows, columns, element_bytes)
+
+
 def encode(spec: TensorMapSpec, pointer: int, rows: int, columns: int, element_bytes: int) -> bytes:
     """The 128-byte CUtensorMap of a row-major ``rows x columns`` matrix at device address ``pointer``.
 

@@ -35,7 +35,8 @@ from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import FAKE_SUFFIX, device_key, spec_for_device
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
-from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapError, TensorMapSpec, encode, fits_tma
+from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapError, TensorMapSpec
+from autotune.tensor_map import argument as map_argument
 
 SMEM_DEFAULT_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 # A CUtensorMap passed by value: CuPy passes a one-element structured array as the struct.
@@ -506,9 +507,7 @@ class _KernelLaunch:
         """The map of ``spec``'s operand as a 128-byte kernel argument; zeros for an operand TMA cannot
         address (the kernel checks the same and copies element-wise)."""
         array = {"A": self.operands.a, "B": self.operands.b, "C": out}[spec.operand]
-        rows, columns = spec.shape(problem.m, problem.n, problem.k)
-        encoded = (encode(spec, array.data.ptr, rows, columns, array.itemsize)
-                   if fits_tma(array.data.ptr, columns, array.itemsize) else bytes(TENSOR_MAP_BYTES))
+        encoded = map_argument(spec, array.data.ptr, problem.m, problem.n, problem.k, array.itemsize)
         return numpy.frombuffer(encoded, dtype=TENSOR_MAP_DTYPE).copy()
 
 

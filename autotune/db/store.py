@@ -79,6 +79,15 @@ class EnergyRow:
     study: str | None
 
 
+def default_path() -> Path:
+    """``$XDG_DATA_HOME/autotune/results.db`` (``XDG_DATA_HOME`` defaults to ``~/.local/share``):
+    the default database file, whether it exists or not."""
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):  # the XDG spec says to ignore relative paths
+        data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data_home, "autotune", "results.db")
+
+
 def default_url() -> str:
     """The database URL used when none is given.
 
@@ -93,10 +102,7 @@ def default_url() -> str:
     path = os.environ.get("AUTOTUNE_DB")
     if path:
         return path if "://" in path else "sqlite:///" + os.path.expanduser(path)
-    data_home = os.environ.get("XDG_DATA_HOME", "")
-    if not os.path.isabs(data_home):  # the XDG spec says to ignore relative paths
-        data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
-    directory = Path(data_home, "autotune")
+    directory = default_path().parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

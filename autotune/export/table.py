@@ -27,10 +27,10 @@ from autotune.compile import CompiledKernel, compile_kernel
 from autotune.errors import AutotuneError, InputError
 from autotune.export.contract import LaunchContract, contract_for
 from autotune.gpus import GPUS, GpuSpec
-from autotune.problem import DTYPES, GemmProblem
+from autotune.problem import DTYPES
 from autotune.records import Resources
 from autotune.render import render
-from autotune.select import SelectionTable, held_out
+from autotune.select import SelectionTable, held_out, nearest
 from autotune.select import build as build_selection
 from autotune.space import load_space
 
@@ -141,7 +141,7 @@ class DtypeTable:
         """The rule of the tuned shape nearest to ``m x n x k`` (see SELECTION_RULE)."""
         if not self.rules:
             return None
-        return min(self.rules, key=lambda r: (round(_distance((r.m, r.n, r.k), (m, n, k)), 9), -r.m * r.n * r.k))
+        return nearest(self.rules, (m, n, k), lambda r: (r.m, r.n, r.k))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,11 +318,3 @@ def _loadable(selection: SelectionTable):
             continue
         seen.add(shape)
         yield entry
-
-
-def _distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    return sum(abs(math.log(x) - math.log(y)) for x, y in zip(a, b))
-
-
-def problem_of(rule: TableRule, dtype: str) -> GemmProblem:
-    return GemmProblem(rule.m, rule.n, rule.k, dtype)

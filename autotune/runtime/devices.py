@@ -173,16 +173,11 @@ class CupyDevice:
     def _encode_maps(kernel: TableKernel, a: Operand, b: Operand, c: Operand, m: int, n: int, k: int) -> list[bytes]:
         """The kernel's tensor maps for these operands; zeros for an operand TMA cannot address (the kernel
         then copies element-wise)."""
-        from autotune.tensor_map import TENSOR_MAP_BYTES, encode, fits_tma
+        from autotune.tensor_map import argument
 
         operands = {"A": a, "B": b, "C": c}
-        maps = []
-        for spec in kernel.launch.tensor_maps:
-            operand = operands[spec.operand]
-            rows, columns = spec.shape(m, n, k)
-            itemsize = operand.array.itemsize
-            maps.append(encode(spec, operand.pointer, rows, columns, itemsize)
-                        if fits_tma(operand.pointer, columns, itemsize) else bytes(TENSOR_MAP_BYTES))
+        maps = [argument(spec, operands[spec.operand].pointer, m, n, k, operands[spec.operand].array.itemsize)
+                for spec in kernel.launch.tensor_maps]
         return maps
 
 

@@ -81,10 +81,9 @@ def _stores():
 
 
 def _existing_default() -> str | None:
-    data_home = os.environ.get("XDG_DATA_HOME", "")
-    if not os.path.isabs(data_home):
-        data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
-    path = Path(data_home, "autotune", "results.db")
+    from autotune.db.store import default_path
+
+    path = default_path()
     return "sqlite:///" + str(path) if path.exists() else None
 
 
