@@ -45,6 +45,7 @@ class CompiledKernel:
     cubin: bytes
     resources: Resources
     log: str
+    seconds: float = 0.0  # spent compiling it (0 from the disk cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,7 @@ class CompileFailure:
     entry: str
     message: str
     log: str
+    seconds: float = 0.0  # spent compiling it
 
 
 def _nvrtc():
@@ -132,6 +134,7 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         meta = json.loads(meta_path.read_text())
         return CompiledKernel(source.entry, arch, cubin_path.read_bytes(), Resources(**meta["resources"]), meta["log"])
 
+    started = time.perf_counter()
     nvrtc = _nvrtc()
     program = nvrtc.createProgram(source.code, f"{source.entry}.cu", [], [])
     options = [f"--gpu-architecture={arch}", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
@@ -141,7 +144,7 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(program)
             first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
-            return CompileFailure(source.entry, first.strip(), log)
+            return CompileFailure(source.entry, first.strip(), log, time.perf_counter() - started)
         log = nvrtc.getProgramLog(program)
         cubin = nvrtc.getCUBIN(program)
     finally:
@@ -153,8 +156,9 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         try:
             resources = read_resources(cubin, source.entry)
         except (CompilerError, struct.error, ValueError, IndexError) as error:
-            return CompileFailure(source.entry, f"no ptxas report and an unreadable cubin: {error}", log)
-    compiled = CompiledKernel(source.entry, arch, cubin, resources, log)
+            return CompileFailure(source.entry, f"no ptxas report and an unreadable cubin: {error}", log,
+                                  time.perf_counter() - started)
+    compiled = CompiledKernel(source.entry, arch, cubin, resources, log, time.perf_counter() - started)
     if use_cache:
         _store(cubin_path, meta_path, compiled)
     return compiled

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ class GpuLane:
         self.queued = 0
         self.submitted = 0  # jobs ever submitted
         self.cublas_ms: float | None = None  # the reference this lane measured; sets its candidates' timeouts
+        self.busy_s = 0.0  # seconds spent running jobs on the worker
+        self.waited_s = 0.0  # seconds the worker waited for a job between its first and its last
         self._inbox: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name=f"autotune-lane{index}", daemon=True)
         self._thread.start()
@@ -66,10 +69,16 @@ class GpuLane:
         self._thread.join(timeout_s)
 
     def _serve(self) -> None:
+        finished: float | None = None  # when the last job ended
         while (item := self._inbox.get()) is not None:
+            started = time.perf_counter()
+            if finished is not None:
+                self.waited_s += started - finished
             tag, job = item
             try:
                 result = job(self.worker)
             except BaseException as error:  # handed to the search, which decides
                 result = error
+            finished = time.perf_counter()
+            self.busy_s += finished - started
             self.events.put((self, tag, result))

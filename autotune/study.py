@@ -54,6 +54,7 @@ from autotune.records import EnergyWindow, Environment, Failure, Measurement, Ti
 from autotune.render import render
 from autotune.sampler import Proposer
 from autotune.space import Config, SearchSpace
+from autotune.time_spent import TimeSpent
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
@@ -124,6 +125,7 @@ class SearchResult:
     front: tuple[FrontPoint, ...] = ()  # pareto: every measured point of the front
     screened: int = 0  # sampled configs a static rule rejected: never compiled, never trials
     raced: int = 0  # candidates of this run whose timing stopped early
+    time_spent: dict = dataclasses.field(default_factory=dict)  # TimeSpent.as_dict() of this run
 
 
 @dataclasses.dataclass
@@ -179,6 +181,7 @@ class Search:
         self.failures: dict[str, int] = {}
         self.raced = 0
         self.compiled_any = False
+        self.spent = TimeSpent()
         self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
         self._events: queue.Queue = queue.Queue()
         self._compiling: dict = {}  # compile future -> config
@@ -222,7 +225,13 @@ class Search:
             self._loop(ledger, pool, lanes, started, progress)
             self._stop_lanes(ledger, lanes, progress)
             pool.close(wait=False)  # compiles still running are of no use now
-            return self._result(ledger.view(fresh=True), lanes[0].worker)
+            for lane in lanes:
+                self.spent.add("gpu busy", lane.busy_s)
+                self.spent.add("gpu waiting", lane.waited_s)
+            with self.spent.on("closing"):
+                result = self._result(ledger.view(fresh=True), lanes[0].worker)
+            self.spent.add("wall", time.monotonic() - started)
+            return dataclasses.replace(result, time_spent=self.spent.as_dict())
         finally:
             for lane in lanes:
                 lane.cancel_waiting()
@@ -267,7 +276,8 @@ class Search:
                and len(self._compiling) + len(self._ready) < in_flight):
             local = [*self._compiling.values(), *(candidate.config for candidate in self._ready)]
             taken = view.taken | {config.name for config in local}
-            config = self.proposer.next(ledger.study, view.learnable, taken, in_flight=local)
+            with self.spent.on("propose"):
+                config = self.proposer.next(ledger.study, view.learnable, taken, in_flight=local)
             if config is None:
                 self._exhausted = True
                 return
@@ -280,9 +290,11 @@ class Search:
         if config is None or future.cancelled():
             return
         compiled = _compile_result(future)
+        self.spent.add("compile", compiled.seconds)
         task = self._kernel_task(config, compiled)
         if isinstance(task, Failure):
-            self._record_compile_failure(ledger, config, task)
+            with self.spent.on("record"):
+                self._record_compile_failure(ledger, config, task)
         else:
             self._ready.append(_Candidate(config, task))
         self._check_template_compiles(compiled)
@@ -320,7 +332,8 @@ class Search:
             candidate = self._ready.popleft()
             if candidate.config.name in view.taken:
                 continue  # another process has it
-            slot = ledger.reserve(candidate.config, lane.device)
+            with self.spent.on("slots"):
+                slot = ledger.reserve(candidate.config, lane.device)
             if slot.admission is Admission.FULL:
                 self._ready.appendleft(candidate)  # a slot may free up if another process died
                 return True
@@ -403,7 +416,8 @@ class Search:
             self._take_reference(lane, *result, progress)
             return
         task, outcome, window = result
-        self._record(ledger, tag, task, outcome, window)
+        with self.spent.on("record"):
+            self._record(ledger, tag, task, outcome, window)
         progress.evaluated += 1
         progress.last = tag.config.name
         self._note(progress, tag.config, outcome)

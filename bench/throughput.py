@@ -51,6 +51,7 @@ class Outcome:
     raced: int | None
     screened: int | None
     failures: str
+    time_spent: str  # the search's own line: where the wall time went
 
     @property
     def passed(self) -> bool:
@@ -84,10 +85,12 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
     best = re.search(r"^best: (\S+)", stdout, re.M)
     counts = re.search(r"screened out by the static rules: (\d+) .*timing stopped early: (\d+)", stdout)
     failures = re.search(r"^failures: (.*)$", stdout, re.M)
+    spent = re.search(r"^time: (.*)$", stdout, re.M)
     return Outcome(case, dtype, int(size), int(trials), float(target), exit_code, round(wall_s, 2), evaluated,
                    round(evaluated / wall_s, 2), float(ratio.group(1)) if ratio else None,
                    best.group(1) if best else None, int(counts.group(2)) if counts else None,
-                   int(counts.group(1)) if counts else None, failures.group(1) if failures else "")
+                   int(counts.group(1)) if counts else None, failures.group(1) if failures else "",
+                   spent.group(1) if spent else "")
 
 
 def _evaluated(database: Path) -> int:
@@ -128,7 +131,7 @@ def main() -> int:
         ratio = f"{outcome.best_ratio:.3f}x cuBLAS" if outcome.best_ratio else "no verified config"
         print(f"{case}: {outcome.evaluated} GPU evaluations in {outcome.wall_s:.1f} s = {outcome.per_s:.2f}/s "
               f"(target {outcome.target_per_s:g}/s, {verdict}); best {ratio}; raced {outcome.raced}, "
-              f"exit {outcome.exit_code}", flush=True)
+              f"exit {outcome.exit_code}\n  {outcome.time_spent}", flush=True)
     rows = [{**dataclasses.asdict(o), "passed": o.passed} for o in outcomes]
     (args.out / "throughput.json").write_text(json.dumps(rows, indent=2) + "\n")
     with open(args.out / "throughput.csv", "w", newline="") as file:

@@ -139,3 +139,19 @@ def test_a_template_that_never_compiles_stops_the_search_with_nvrtcs_error(tmp_p
         Search(space, gpu_spec("h200"), problem, store, worker,
                SearchSettings(trials=20, jobs=2, seed=1, max_compile_errors=4)).run()
     assert store.failure_counts("h200-fake", problem)[FailureClass.COMPILE_ERROR.value] == 4  # each one recorded
+
+
+def test_the_result_says_where_the_time_went(tmp_path, worker):
+    from autotune.cli.search import time_spent_text
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, worker,
+                    SearchSettings(trials=6, jobs=2, seed=1)).run()
+    spent = result.time_spent
+    assert spent["compile"]["count"] >= 6  # every evaluated candidate was compiled (cache or not)
+    assert spent["record"]["count"] >= 6 and spent["slots"]["count"] >= 6
+    assert spent["propose"]["count"] >= 6
+    parts = sum(spent[name]["seconds"] for name in ("propose", "slots", "record", "closing"))
+    assert 0 < parts <= spent["wall"]["seconds"]  # the main thread's parts fit in the wall time
+    assert 0 < spent["gpu busy"]["seconds"] <= spent["wall"]["seconds"]
+    assert time_spent_text(spent).startswith(f"time: {spent['wall']['seconds']:.1f} s; GPU busy")

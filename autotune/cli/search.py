@@ -108,6 +108,8 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
     if result.screened or result.raced:
         print(f"screened out by the static rules: {result.screened} sampled configs (never compiled); "
               f"timing stopped early: {result.raced} clearly slower candidates")
+    if result.time_spent:
+        print(time_spent_text(result.time_spent))
     if result.best is None:
         print(f"no config verified; cuBLAS {cublas_ms:.4f} ms ({problem.tflops(cublas_ms):.1f} TFLOP/s)")
         return
@@ -125,6 +127,20 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
                     [[p.config_name, p.ms, p.mj, p.window.mean_power_w, p.window.sm_clock_mhz_mean,
                       "yes" if p.window.throttled else "no"] for p in result.front]))
     print(f"results: {url}")
+
+
+def time_spent_text(spent: dict) -> str:
+    """One line: where a search's wall time went (see :class:`autotune.time_spent.TimeSpent`)."""
+
+    def s(name: str) -> float:
+        return spent.get(name, {}).get("seconds", 0.0)
+
+    wall = s("wall")
+    compiles = spent.get("compile", {}).get("count", 0)
+    return (f"time: {wall:.1f} s; GPU busy {s('gpu busy'):.1f} s, idle {s('gpu waiting'):.1f} s between "
+            f"candidates; this process: proposing {s('propose'):.1f} s, slots {s('slots'):.1f} s, recording "
+            f"{s('record'):.1f} s, closing measurement {s('closing'):.1f} s; {compiles} compiles took "
+            f"{s('compile'):.1f} CPU s")
 
 
 def _energy_text(window, problem: GemmProblem) -> str:
