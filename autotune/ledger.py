@@ -33,6 +33,8 @@ import dataclasses
 import datetime
 import enum
 import functools
+import os
+import socket
 import threading
 import time
 import warnings
@@ -47,6 +49,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from autotune.errors import DatabaseError
 from autotune.space import Config
 from autotune.urls import shown_url
+
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"  # which process of which host evaluated a trial
 
 STAGE = "stage"
 CONFIG = "config"
@@ -219,7 +223,7 @@ class StudyLedger:
 
     def reserve(self, config: Config, device: int) -> Slot:
         """Hold a slot for ``config`` if the budget and the study allow it."""
-        trial_id = self._create(TrialState.RUNNING, config, {STAGE: GPU, "device": device})
+        trial_id = self._create(TrialState.RUNNING, config, {STAGE: GPU, "device": device, "process": PROCESS})
         with self._lock:
             self._mine.add(trial_id)
         self.storage.record_heartbeat(trial_id)  # a slot that never beat is only found stale late

@@ -18,6 +18,10 @@
 #   bench/h200.sh throughput [DTYPE:SIZE:TRIALS:TARGET...]  GPU evaluations per second of whole searches
 #                                       from a cold compile cache and a fresh database (default: SGEMM 4096
 #                                       and 1024, HGEMM 4096, 100 evaluations each; bench/throughput.py)
+#   bench/h200.sh shared [DEVICES]      searches sharing one study on a throwaway PostgreSQL server, one
+#                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
+#                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
+#                                       .pg/postgresql.tgz (a relocatable tree with bin/initdb, bin/pg_ctl)
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -103,13 +107,22 @@ while [ $# -gt 0 ]; do
         while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do cases+=("$1"); shift; done
         python3 bench/throughput.py --out "$OUT" ${cases[@]+"${cases[@]}"} 2>&1 | tee "$OUT/throughput.txt" || status=1
         ;;
+    shared)
+        devices=0,0
+        if [ $# -gt 0 ] && [[ $1 =~ ^[0-9,]+$ ]]; then devices=$1; shift; fi
+        if ! command -v initdb > /dev/null && [ -f .pg/postgresql.tgz ]; then
+            mkdir -p /tmp/autotune-pg && tar xzf .pg/postgresql.tgz -C /tmp/autotune-pg && chmod -R a+rX /tmp/autotune-pg
+            export PATH=/tmp/autotune-pg/bin:$PATH
+        fi
+        python3 bench/shared_study.py --out "$OUT" --devices "$devices" ${SHARED_TRIALS:+--trials "$SHARED_TRIALS"} 2>&1 | tee "$OUT/shared_study.txt" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], shared [DEVICES], mismatch" >&2; exit 2
         ;;
     esac
 done
