@@ -36,7 +36,7 @@ def register(sub) -> None:
     add_db_argument(search)
     search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
     search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
-    search.add_argument("--repeats", type=int, default=30, help="timed launches per candidate (default 30)")
+    search.add_argument("--repeats", type=int, default=20, help="timed launches per candidate (default 20)")
     search.add_argument("--device", type=int, default=0, help="CUDA device index of the (first) GPU (default 0)")
     search.add_argument("--workers", type=int, default=1,
                         help="GPU workers, one per device from --device on (default 1)")
