@@ -223,7 +223,7 @@ def test_selection_table_from_the_shipped_results(tmp_path):
     assert autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db).returncode == 0
     result = autotune("table", "--gpu", "h200", "--dtype", "f32", "--db", db, "--json")
     assert result.returncode == 0, result.stderr
-    rows = {row["shape"]: row for row in json.loads(result.stdout)}
+    rows = {row["shape"]: row for row in json.loads(result.stdout)["rules"]}
     assert set(rows) == {"1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192"}
     assert rows["4096x4096x4096"]["held_out_fraction_of_best"] > 0.9  # picked from 8192, timed at 4096 too
     assert rows["8192x8192x8192"]["held_out_fraction_of_best"] is None  # 4096's pick was never timed at 8192

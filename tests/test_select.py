@@ -1,8 +1,14 @@
+import json
+
+import pytest
+
 from autotune.db import ResultStore
+from autotune.export.table import build_table
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Timing
-from autotune.select import build, held_out
-from autotune.space import Config
+from autotune.select import build, held_out, judge, quality
+from autotune.space import Config, load_space
+from test_cli import assert_one_line_error, autotune
 
 ENV = Environment("h200", "NVIDIA H200", "sm_90", "580", "13.0", "13.0", "14.2.0")
 
@@ -19,33 +25,166 @@ def _square(n):
     return GemmProblem(n, n, n)
 
 
-def test_nearest_shape_and_held_out_quality(tmp_path):
+def _add(store, problem, config, ms):
+    store.add_measurement(ENV, problem, config, "h", _m(problem, ms), "s")
+
+
+def _cublas(store, problem, ms):
+    store.add_measurement(ENV, problem, None, None, _m(problem, ms), "s")
+
+
+def test_nearest_shape_and_leave_one_out_quality(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     small, mid, big = _square(1024), _square(2048), _square(4096)
     # config 64 wins at 1024; config 128 wins at 2048 and 4096; 128 was also timed at 1024
-    store.add_measurement(ENV, small, _config(64), "h", _m(small, 1.0), "s")
-    store.add_measurement(ENV, small, _config(128), "h", _m(small, 1.25), "s")
-    store.add_measurement(ENV, mid, _config(128), "h", _m(mid, 5.0), "s")
-    store.add_measurement(ENV, big, _config(128), "h", _m(big, 40.0), "s")
-    store.add_measurement(ENV, big, _config(256), "h", _m(big, 50.0), "s")
+    _add(store, small, _config(64), 1.0)
+    _add(store, small, _config(128), 1.25)
+    _add(store, mid, _config(128), 5.0)
+    _add(store, big, _config(128), 40.0)
+    _add(store, big, _config(256), 50.0)
 
-    table, times = build(store, "h200", "f32")
-    assert [e.problem for e in table.entries] == [small, mid, big]
+    table, results = build(store, "h200", "f32")
+    assert [r.problem for r in table.rules] == [small, mid, big]
+    assert [k.name for k in table.kernels] == [_config(128).name, _config(64).name]  # 128 covers every shape
     assert table.pick(_square(1100)).problem == small
     assert table.pick(GemmProblem(3000, 3000, 3000)).problem == big
     assert table.pick(mid, exclude=mid).problem == big  # equally far: the larger problem wins
-    assert table.pick(_square(64), exclude=None).config_name == _config(64).name
+    assert table.pick(_square(64)).kernel.name == _config(64).name
 
-    report = {h.problem: h for h in held_out(table, times)}
+    report = {h.problem: h for h in held_out(table, results)}
     assert report[small].config_name == _config(128).name and report[small].fraction_of_best == 1.0 / 1.25
     assert report[mid].fraction_of_best == 1.0 and report[big].fraction_of_best == 1.0
-    assert build(store, "h200", "f16")[0].entries == ()
+    assert build(store, "h200", "f16")[0].rules == ()
 
 
 def test_a_pick_never_measured_there_is_unknown(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
-    store.add_measurement(ENV, _square(512), _config(32), "h", _m(_square(512), 1.0), "s")
-    store.add_measurement(ENV, _square(4096), _config(256), "h", _m(_square(4096), 9.0), "s")
-    table, times = build(store, "h200", "f32")
-    report = held_out(table, times)
+    _add(store, _square(512), _config(32), 1.0)
+    _add(store, _square(4096), _config(256), 9.0)
+    table, results = build(store, "h200", "f32")
+    report = held_out(table, results)
     assert all(h.fraction_of_best is None and h.picked_from is not None for h in report)
+    assert quality(report).measured == 0 and quality(report).unmeasured == 2
+
+
+def test_the_cap_makes_a_shape_take_a_slower_chosen_kernel(tmp_path):
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shapes = [GemmProblem(m, 4096, 4096) for m in (16, 64, 256, 1024)]
+    for i, problem in enumerate(shapes):
+        _add(store, problem, _config(16 * (i + 1)), 1.0)  # each shape's own best
+        _add(store, problem, _config(999), 1.25)  # one config measured everywhere
+    table, _ = build(store, "h200", "f32", max_kernels=2)
+    assert len(table.kernels) == 2 and table.kernels[0].name == _config(999).name
+    assert sorted(r.fraction_of_best for r in table.rules) == [0.8, 0.8, 0.8, 1.0]
+    assert all(r.best_ms == 1.0 and r.ms in (1.0, 1.25) for r in table.rules)
+
+
+LAYER = (4096, 4096)
+TRAIN = [GemmProblem(64, *LAYER), GemmProblem(1024, *LAYER)]
+HELD = [GemmProblem(128, *LAYER), GemmProblem(2048, *LAYER), GemmProblem(4096, *LAYER), GemmProblem(1536, *LAYER)]
+
+
+def _held_out_fixture(store):
+    """Training shapes 64 (config 1 best) and 1024 (config 2 best); held out: 128 (nearest 64: config 1 at 1.5,
+    best 1.2, cuBLAS 1.0), 2048 (nearest 1024: config 2 not measured there), 4096 (nothing measured) and 1536
+    (nearest 1024: config 2 at 3.0, best 1.5, cuBLAS 3.0)."""
+    a, b, c = _config(1), _config(2), _config(3)
+    _add(store, TRAIN[0], a, 1.0)
+    _add(store, TRAIN[0], b, 2.0)
+    _add(store, TRAIN[1], b, 2.0)
+    _add(store, TRAIN[1], a, 4.0)
+    _cublas(store, TRAIN[1], 2.5)
+    _add(store, HELD[0], a, 1.5)
+    _add(store, HELD[0], c, 1.2)  # c is fastest here, but held-out shapes never build the table
+    _cublas(store, HELD[0], 1.0)
+    _add(store, HELD[1], c, 3.0)
+    _add(store, HELD[3], b, 3.0)
+    _add(store, HELD[3], c, 1.5)
+    _cublas(store, HELD[3], 3.0)
+
+
+def test_held_out_report_numbers(tmp_path):
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    _held_out_fixture(store)
+    shapes = [(p.m, p.n, p.k) for p in HELD]
+    table, results = build(store, "h200", "f32", hold_out=shapes)
+    assert table.training == ((64, 4096, 4096), (1024, 4096, 4096))
+    assert {k.name for k in table.kernels} == {_config(1).name, _config(2).name}
+    report = judge(table, results, shapes, "f32")
+    first, second, third, fourth = report
+    assert (first.config_name, first.pick_ms, first.best_ms, first.cublas_ms) == (_config(1).name, 1.5, 1.2, 1.0)
+    assert first.fraction_of_best == pytest.approx(0.8) and first.ratio_to_cublas == pytest.approx(1 / 1.5)
+    assert second.picked_from == TRAIN[1] and second.pick_ms is None and second.best_ms == 3.0
+    assert third.best_ms is None and third.picked_from == TRAIN[1]
+    assert fourth.fraction_of_best == 0.5 and fourth.ratio_to_cublas == 1.0
+    q = quality(report)
+    assert (q.shapes, q.measured, q.unmeasured, q.no_results) == (4, 2, 1, 1)
+    assert q.geomean_fraction_of_best == pytest.approx(0.4 ** 0.5) and q.worst_fraction_of_best == 0.5
+    assert q.geomean_ratio_to_cublas == pytest.approx((1 / 1.5) ** 0.5)
+    assert q.worst_ratio_to_cublas == pytest.approx(1 / 1.5)
+
+
+def test_table_hold_out_from_the_command_line(tmp_path):
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    _held_out_fixture(store)
+    shape_file = tmp_path / "held.txt"
+    shape_file.write_text("# held-out shapes\n" + "\n".join(p.shape for p in HELD) + "\n")
+    db = store.url
+    result = autotune("table", "--gpu", "h200", "--db", db, "--hold-out", str(shape_file), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["training_shapes"] == ["64x4096x4096", "1024x4096x4096"] and len(data["kernels"]) == 2
+    assert [r["fraction_of_best"] for r in data["rules"]] == [1.0, 1.0]
+    assert {k["kernel"]: k["rules"] for k in data["kernels"]} == {"k1": 1, "k2": 1}
+    held = data["held_out"]
+    assert held["from"] == str(shape_file)
+    assert [h["pick_ms"] for h in held["shapes"]] == [1.5, None, None, 3.0]
+    assert held["quality"]["measured"] == 2 and held["quality"]["worst_fraction_of_best"] == 0.5
+
+    text = autotune("table", "--gpu", "h200", "--db", db, "--hold-out", str(shape_file))
+    assert text.returncode == 0, text.stderr
+    assert "2 kernels (at most 16) for 2 training shapes" in text.stdout
+    assert "held-out picks measured on 2 of 4 shapes" in text.stdout and "best/pick geomean 0.632, worst 0.500" in text.stdout
+    assert "1 with no measured pick; 1 with no results at all" in text.stdout
+    assert "128x4096x4096" in text.stdout and "0.800x" in text.stdout
+
+    named = autotune("table", "--gpu", "h200", "--db", db, "--hold-out", "llm-held-out")
+    assert named.returncode == 0 and "held-out picks measured on 0 of" in named.stdout
+    assert_one_line_error(autotune("table", "--gpu", "h200", "--db", db, "--hold-out", "nope"),
+                          "--hold-out 'nope'", "llm-held-out")
+    assert_one_line_error(autotune("table", "--gpu", "h200", "--db", db, "--max-kernels", "0"), "--max-kernels")
+
+
+def _sgemm_configs(count):
+    """``count`` distinct valid sgemm configs (the seeds with other GROUP_M and PAD_A values)."""
+    space = load_space("sgemm")
+    configs = {}
+    for seed in space.seeds:
+        for group_m in (1, 8):
+            for pad_a in (0, 4):
+                config = space.config(dict(seed.as_dict(), GROUP_M=group_m, PAD_A=pad_a))
+                configs[config.name] = config
+    assert len(configs) >= count
+    return [configs[name] for name in sorted(configs)][:count]
+
+
+def test_an_export_of_twenty_tuned_shapes_has_at_most_sixteen_kernels(tmp_path):
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    configs = _sgemm_configs(21)
+    shapes = [GemmProblem(m, n, 4096) for m in (16, 64, 256, 1024, 4096) for n in (1024, 2048, 4096, 8192)]
+    for problem, own in zip(shapes, configs):
+        _add(store, problem, own, 1.0)
+        _add(store, problem, configs[-1], 1.1)  # measured at every shape
+        _cublas(store, problem, 1.05)
+    table = build_table(store, ("f32",), gpu="h200")
+    f32 = table.dtypes["f32"]
+    assert len(f32.rules) == 20 and len(f32.kernels) == 16
+    assert {r.kernel for r in f32.rules} == {k.name for k in f32.kernels}
+    assert sum(r.ms == 1.1 for r in f32.rules) == 5 and all(r.best_ms == 1.0 for r in f32.rules)
+
+    result = autotune("export", "--gpu", "h200", "--db", store.url, "--dtype", "f32", "--format", "json",
+                      "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "autotune_table_h200.json").read_text())
+    assert data["schema_version"] == 1
+    assert len(data["dtypes"]["f32"]["kernels"]) == 16 and len(data["dtypes"]["f32"]["rules"]) == 20

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 from autotune import __version__
 from autotune.cli import export, gpus, ladder, query, results, search, space, table
+from autotune.cli import plot
 from autotune.cli.arguments import EXIT_USAGE, OneLineParser
 from autotune.errors import AutotuneError
 
-COMMANDS = (space, search, query, table, ladder, results, export, gpus)
+COMMANDS = (space, search, query, table, plot, ladder, results, export, gpus)
 
 
 def build_parser() -> OneLineParser:

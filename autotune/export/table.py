@@ -1,10 +1,11 @@
 """The kernel table: what a program needs to call tuned kernels, with no database.
 
 A :class:`KernelTable` holds, for one GPU (or every GPU of one architecture)
-and each dtype, the kernels the selection table picks (each with its launch
-contract and, once compiled, its cubin) and the rules that map a shape to one
-of them: the tuned shapes, each with its best kernel and that kernel's measured
-quality. A shape gets the kernel of the nearest tuned shape (:mod:`autotune.select`).
+and each dtype, the kernels the selection table chose (at most 16, each with
+its launch contract and, once compiled, its cubin) and the rules that map a
+shape to one of them: the tuned shapes, each with the fastest of those kernels
+measured there and its measured quality. A shape gets the kernel of the nearest
+tuned shape (:mod:`autotune.select`).
 
 It is written as JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 1) by
 ``autotune export`` and read back by the runtime (:func:`autotune.load`).
@@ -30,7 +31,7 @@ from autotune.gpus import GPUS, GpuSpec
 from autotune.problem import DTYPES
 from autotune.records import Resources
 from autotune.render import render
-from autotune.select import SelectionTable, held_out, nearest
+from autotune.select import MAX_KERNELS, held_out, nearest
 from autotune.select import build as build_selection
 from autotune.space import load_space
 
@@ -84,7 +85,7 @@ class TableKernel:
 
 @dataclasses.dataclass(frozen=True)
 class TableRule:
-    """A tuned shape and its best kernel, with what was measured there."""
+    """A tuned shape and the table's kernel for it, with what was measured there."""
 
     m: int
     n: int
@@ -94,6 +95,7 @@ class TableRule:
     cublas_ms: float | None
     measured_on: str  # the GPU's name
     held_out_fraction_of_best: float | None = None  # this shape's pick by the table without it, vs its best
+    best_ms: float | None = None  # the fastest kernel measured here, in the table or not (files before it: None)
 
     @property
     def ratio_to_cublas(self) -> float | None:
@@ -103,7 +105,8 @@ class TableRule:
     def to_dict(self) -> dict[str, Any]:
         return {"m": self.m, "n": self.n, "k": self.k, "kernel": self.kernel, "ms": self.ms,
                 "cublas_ms": self.cublas_ms, "ratio_to_cublas": self.ratio_to_cublas,
-                "measured_on": self.measured_on, "held_out_fraction_of_best": self.held_out_fraction_of_best}
+                "measured_on": self.measured_on, "held_out_fraction_of_best": self.held_out_fraction_of_best,
+                "best_ms": self.best_ms}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TableRule:
@@ -113,8 +116,10 @@ class TableRule:
             raise ValueError(f"rule {sizes}: sizes must be >= 1 and ms a positive number, got {ms}")
         cublas = data.get("cublas_ms")
         held = data.get("held_out_fraction_of_best")
+        best = data.get("best_ms")
         return cls(*sizes, kernel=str(data["kernel"]), ms=ms, cublas_ms=float(cublas) if cublas else None,
-                   measured_on=str(data["measured_on"]), held_out_fraction_of_best=float(held) if held else None)
+                   measured_on=str(data["measured_on"]), held_out_fraction_of_best=float(held) if held else None,
+                   best_ms=float(best) if best else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,12 +271,15 @@ def compile_table_kernel(kernel: TableKernel, arch: str) -> TableKernel:
     return dataclasses.replace(kernel, cubin=compiled.cubin, resources=resources)
 
 
-def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None) -> KernelTable:
+def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
+                max_kernels: int = MAX_KERNELS) -> KernelTable:
     """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
 
-    Every tuned shape keeps its fastest kernel; where several GPUs of the
-    architecture tuned the same shape, the fastest measurement wins. Kernels are
-    not compiled here (:meth:`KernelTable.compiled`).
+    Per dtype, the kernels are at most ``max_kernels`` configs chosen by the cover
+    of :func:`autotune.select.build` (where several GPUs of the architecture timed a
+    config at a shape, the fastest measurement counts), and each tuned shape's rule
+    is the fastest of them measured there. Kernels are not compiled here
+    (:meth:`KernelTable.compiled`).
     """
     known = store.gpus()
     if gpu is not None:
@@ -282,39 +290,18 @@ def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: st
     if arch is None:
         raise TableError(f"no results for {gpu} in {store.shown_url}")
     spec = spec_for_arch(arch, gpu)
+    keys = [key for key, _, _ in chosen]
     dtype_tables = {}
     for dtype in dtypes:
-        rules: dict[tuple[int, int, int], TableRule] = {}
-        kernels: dict[str, TableKernel] = {}
-        for key, name, _ in chosen:
-            selection, times = build_selection(store, key, dtype)
-            quality = {h.problem: h.fraction_of_best for h in held_out(selection, times)}
-            for entry in _loadable(selection):
-                shape = (entry.problem.m, entry.problem.n, entry.problem.k)
-                if shape in rules and rules[shape].ms <= entry.ms:
-                    continue
-                kernel = table_kernel(entry.family, entry.params, spec)
-                kernels[kernel.name] = kernel
-                rules[shape] = TableRule(*shape, kernel=kernel.name, ms=entry.ms, cublas_ms=entry.cublas_ms,
-                                         measured_on=name, held_out_fraction_of_best=quality.get(entry.problem))
-        used = {rule.kernel for rule in rules.values()}
-        dtype_tables[dtype] = DtypeTable(tuple(k for n, k in sorted(kernels.items()) if n in used),
-                                         tuple(rules[s] for s in sorted(rules, key=lambda s: (s[0] * s[1] * s[2], s))))
+        selection, results = build_selection(store, keys, dtype, max_kernels)
+        quality = {h.problem: h.fraction_of_best for h in held_out(selection, results)}
+        kernels = {kernel.name: table_kernel(kernel.family, kernel.params, spec) for kernel in selection.kernels}
+        rules = [TableRule(*rule.shape, kernel=kernels[rule.kernel.name].name, ms=rule.ms, cublas_ms=rule.cublas_ms,
+                           measured_on=rule.measured_on, held_out_fraction_of_best=quality.get(rule.problem),
+                           best_ms=rule.best_ms) for rule in selection.rules]
+        unique = {kernel.name: kernel for kernel in kernels.values()}
+        dtype_tables[dtype] = DtypeTable(tuple(unique[name] for name in sorted(unique)),
+                                         tuple(sorted(rules, key=lambda r: (r.m * r.n * r.k, (r.m, r.n, r.k)))))
     names = tuple(sorted({name for _, name, _ in chosen}))
     return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
                        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)
-
-
-def _loadable(selection: SelectionTable):
-    """Entries whose family autotune ships, one per shape (plain alpha 1, beta 0 first)."""
-    seen = set()
-    for entry in sorted(selection.entries, key=lambda e: (e.problem.alpha != 1.0 or e.problem.beta != 0.0)):
-        shape = (entry.problem.m, entry.problem.n, entry.problem.k)
-        if shape in seen:
-            continue
-        try:
-            load_space(entry.family)
-        except AutotuneError:
-            continue
-        seen.add(shape)
-        yield entry
