@@ -8,7 +8,8 @@ stored trial, rejected or not. Here no rejected config is ever a trial:
   estimators, gamma split and l(x)/g(x) criterion) whose candidates, drawn from
   l(x) as usual, are screened before the comparison: a candidate that breaks a
   static rule or is already taken costs one rule check (about 0.1 ms), not a trial.
-* :class:`Proposer` proposes the space's seeds first, then uniformly random
+* :class:`Proposer` proposes its warm-start configs (the best of nearby tuned shapes, when a
+  sweep gives them) and the space's seeds first, then uniformly random
   feasible configs until ``n_startup`` trials are finished, then TPE. Configs in
   flight (compiling, queued or running on a GPU, in this process or another) are
   given to TPE as running trials, as Optuna's ``constant_liar`` does.
@@ -20,7 +21,7 @@ only the screening of candidates is added.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy
 import optuna
@@ -80,11 +81,14 @@ class Proposer:
     """Feasible, untaken configs of one space on one GPU and problem, best guess first.
 
     ``taken`` (config names) is everything the study holds or has in flight; the proposer
-    never proposes a taken config, nor one that breaks a static rule.
+    never proposes a taken config, nor one that breaks a static rule. ``warm_start`` configs
+    are proposed before the space's seeds, each once, where the static rules admit them.
     """
 
-    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int, n_startup: int = 16):
+    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int, n_startup: int = 16,
+                 warm_start: Sequence[Config] = ()):
         self.space, self.gpu, self.problem = space, gpu, problem
+        self.warm_start = tuple(warm_start)
         self.n_startup = n_startup
         self.rng = random.Random(seed)
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
@@ -102,7 +106,7 @@ class Proposer:
         ``trials`` are the study's finished trials that TPE learns from and its running ones;
         ``in_flight`` are this process's configs not in the study yet.
         """
-        for seed in self.space.seeds:
+        for seed in (*self.warm_start, *self.space.seeds):
             if seed.name not in taken and self.feasible(seed):
                 return seed
         finished = sum(trial.state in (TrialState.COMPLETE, TrialState.PRUNED) for trial in trials)

@@ -154,6 +154,8 @@ class Search:
     ``on_environment`` is called with the GPU's environment once the first worker has
     started, before anything is measured; it may raise to stop the search. ``pool`` is a
     compile pool the caller started early (and closes); by default the search makes its own.
+    ``warm_start`` configs (e.g. the best of nearby tuned shapes) are tried before the space's
+    seeds, each once; those the static rules reject for this problem are skipped.
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class Search:
         on_progress: Callable[[Progress], None] = lambda progress: None,
         on_environment: Callable[[Environment], None] = lambda env: None,
         pool: CompilePool | None = None,
+        warm_start: Sequence[Config] = (),
     ):
         self.space, self.gpu, self.problem = space, gpu, problem
         self.pool = pool
@@ -176,7 +179,7 @@ class Search:
         self.env: Environment | None = None
         self.objective: Objective = make_objective(settings.objective)
         self.name = study_name(space, gpu.key, problem, settings.objective)
-        self.proposer = Proposer(space, gpu, problem, seed=_process_seed(settings.seed))
+        self.proposer = Proposer(space, gpu, problem, seed=_process_seed(settings.seed), warm_start=warm_start)
         self.windows: dict[str, EnergyWindow] = {}  # config name -> its energy window, this run
         self.failures: dict[str, int] = {}
         self.raced = 0
