@@ -1,4 +1,4 @@
-"""The ``autotune`` command line: space, search, query, table, ladder, results, export, gpus.
+"""The ``autotune`` command line: space, search, sweep, query, table, ladder, results, export, gpus.
 
 One module per command, each with ``register(subparsers)`` and ``run(args)``.
 Any :class:`AutotuneError` becomes one line on stderr and exit code 2.
@@ -10,12 +10,11 @@ import sys
 from collections.abc import Sequence
 
 from autotune import __version__
-from autotune.cli import export, gpus, ladder, query, results, search, space, table
-from autotune.cli import plot
+from autotune.cli import export, gpus, ladder, plot, query, results, search, space, sweep, table
 from autotune.cli.arguments import EXIT_USAGE, OneLineParser
 from autotune.errors import AutotuneError
 
-COMMANDS = (space, search, query, table, plot, ladder, results, export, gpus)
+COMMANDS = (space, search, sweep, query, table, plot, ladder, results, export, gpus)
 
 
 def build_parser() -> OneLineParser:

@@ -1,0 +1,173 @@
+"""``autotune sweep``: a search per shape of a set or a shape file, then the best kernels across the shapes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+from typing import TextIO
+
+from autotune.cli.arguments import (
+    add_backend_argument,
+    add_db_argument,
+    attached_gpu_spec,
+    family_space,
+    open_store,
+    requested_gpu,
+    require_positive,
+)
+from autotune.errors import InputError
+from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS
+from autotune.problem import DTYPES, GemmProblem, make_problem
+from autotune.report import ratio_text, table
+from autotune.shapes import SHAPE_SETS, read_shapes
+
+DEFAULT_TRIALS = 24  # as autotune.sweep.DEFAULT_TRIALS (not imported: it pulls in the search)
+DEFAULT_TOP = 4
+
+
+def register(sub) -> None:
+    sweep = sub.add_parser(
+        "sweep", help="search every shape of a set or a shape file, then time the best kernels at every shape",
+        epilog="example: autotune sweep --gpu h200 --dtype f16 --shapes llm --trials 24",
+    )
+    sweep.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    sweep.add_argument("--shapes", required=True,
+                       help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
+    sweep.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
+                       help=f"GPU evaluations per shape (default {DEFAULT_TRIALS})")
+    sweep.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own space file "
+                                        "(default: the one for --dtype)")
+    sweep.add_argument("--top", type=int, default=DEFAULT_TOP,
+                       help=f"the best T configs of each shape are timed at every shape (default {DEFAULT_TOP}; "
+                            "0: none)")
+    add_db_argument(sweep)
+    add_backend_argument(sweep)
+    sweep.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
+    sweep.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    sweep.add_argument("--timeout", type=float, help="stop this run after S seconds (run it again to go on)")
+    sweep.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.dtype not in DTYPES:
+        raise InputError("--dtype", args.dtype, " or ".join(DTYPES))
+    problems = [make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.shapes)]
+    requested = requested_gpu(args.gpu)
+    family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
+    require_positive("--trials", args.trials)
+    require_positive("--timeout", args.timeout)
+    require_positive("--jobs", args.jobs)
+    if args.top < 0:
+        raise InputError("--top", args.top, "a number >= 0 (0: no cross measurement)")
+    if args.device < 0:
+        raise InputError("--device", args.device, "a CUDA device index >= 0")
+
+    from autotune.compile import CompilePool
+    from autotune.study import SearchSettings
+    from autotune.sweep import Sweep, SweepSettings
+    from autotune.worker import GpuWorker
+
+    with contextlib.ExitStack() as stack:
+        worker = stack.enter_context(contextlib.closing(GpuWorker(device=args.device, backend=args.backend)))
+        worker.begin()  # CuPy starts in the worker while NVRTC loads in the compile processes
+        pool = stack.enter_context(CompilePool(args.jobs))
+        pool.warm_up()
+        env = worker.environment()
+        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
+        if args.backend == "fake":  # its studies, like its results, are kept apart from the real GPU's
+            gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
+        space = family_space(args, gpu)
+        store = open_store(args.db)
+        print(f"sweeping {space.family} over {len(problems)} {args.dtype} shapes ({args.shapes}) on {env.gpu_name} "
+              f"({env.arch}), {args.trials} trials each, device {args.device}", file=sys.stderr)
+        settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout,
+                                 search=SearchSettings(jobs=args.jobs))
+        line = SweepLine()
+        sweep = Sweep(space, gpu, problems, store, worker, pool, settings, on_progress=line.progress,
+                      on_shape=line.shape)
+        try:
+            result = sweep.run()
+        finally:
+            line.finish()
+
+    _print_result(result, store.shown_url)
+    return 0
+
+
+class SweepLine:
+    """The sweep's progress line on stderr (redrawn in place on a terminal, every few evaluations
+    elsewhere), and a line per finished shape above it."""
+
+    def __init__(self, stream: TextIO = sys.stderr, every: int = 10):
+        self.stream, self.every = stream, every
+        self.interactive = stream.isatty()
+        self._shown = ""
+        self._last_printed = -1
+
+    def progress(self, progress) -> None:
+        self._shown = self.format(progress)
+        if self.interactive:
+            self.stream.write("\r\033[K" + self._shown)
+            self.stream.flush()
+        elif progress.evaluated != self._last_printed and (
+                progress.evaluated % self.every == 0 or progress.evaluated >= progress.target):
+            self._last_printed = progress.evaluated
+            print(self._shown, file=self.stream, flush=True)
+
+    def shape(self, outcome) -> None:
+        text = self.shape_text(outcome)
+        if self.interactive:
+            self.stream.write("\r\033[K" + text + "\n" + self._shown)
+            self.stream.flush()
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        if self.interactive and self._shown:
+            self.stream.write("\n")
+
+    @staticmethod
+    def format(progress) -> str:
+        eta = progress.eta_s
+        return (f"[shapes {progress.shapes_done}/{progress.shapes_total}] {progress.evaluated}/{progress.target} "
+                f"evaluations, {_duration(progress.elapsed_s)} elapsed, ETA "
+                f"{'-' if eta is None else _duration(eta)}; {progress.phase}")
+
+    @staticmethod
+    def shape_text(outcome) -> str:
+        done = " (done earlier)" if outcome.earlier else ""
+        if outcome.best_ms is None:
+            return f"{outcome.problem.shape}: no config verified in {outcome.evaluated} evaluations{done}"
+        warm = f", {outcome.warm_start} warm-start configs" if outcome.warm_start else ""
+        return (f"{outcome.problem.shape}: best {outcome.best_ms:.4g} ms, "
+                f"{ratio_text(outcome.best_ms, outcome.cublas_ms)} cuBLAS, "
+                f"{outcome.evaluated} evaluations{warm}{done}")
+
+
+def _print_result(result, url: str) -> None:
+    rows = [[o.problem.shape, o.evaluated, o.best_ms, _tflops(o.problem, o.best_ms), o.cublas_ms,
+             ratio_text(o.best_ms, o.cublas_ms), o.best_config] for o in result.shapes]
+    print(table(["shape", "trials", "best ms", "TFLOP/s", "cuBLAS ms", "vs cuBLAS", "best config"], rows))
+    if result.cross is not None:
+        cross = result.cross
+        print(f"cross measurement: {cross.configs} configs; {cross.measured} (config, shape) pairs measured, "
+              f"{cross.failed} failed, {cross.earlier} in the database already, {cross.infeasible} infeasible")
+    if not result.complete:
+        print("stopped at --timeout; run the same command again to go on")
+    print(f"results: {url}")
+
+
+def _tflops(problem: GemmProblem, ms: float | None) -> float | None:
+    return problem.tflops(ms) if ms else None
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
