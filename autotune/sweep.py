@@ -147,11 +147,11 @@ class Sweep:
         self._done = {problem: min(view.evaluated, self.settings.trials) for problem, view in views.items()}
         self._progress.evaluated = sum(self._done.values())
         outcomes = []
-        for problem in self.problems:
+        for position, problem in enumerate(self.problems):
             if self._time_left() == 0:
                 return SweepResult(tuple(outcomes), None, complete=False)
             self._progress.phase = problem.shape
-            outcome = self._shape(problem, views[problem])
+            outcome = self._shape(problem, views[problem], self.settings.search.seed + position)
             outcomes.append(outcome)
             self._progress.shapes_done += 1
             self.on_shape(outcome)
@@ -165,13 +165,14 @@ class Sweep:
 
     # -- the searches ------------------------------------------------------------------
 
-    def _shape(self, problem: GemmProblem, view: StudyView) -> ShapeOutcome:
-        """Search one shape, or report the search an earlier run finished."""
+    def _shape(self, problem: GemmProblem, view: StudyView, seed: int) -> ShapeOutcome:
+        """Search one shape, or report the search an earlier run finished. Each shape's search has
+        a seed of its own, so that the shapes of one process do not all draw the same random configs."""
         if view.evaluated >= self.settings.trials:
             return self._earlier(problem, view)
         warm = warm_start_configs(self.store, self.space, self.gpu.key, problem, self.settings.neighbours,
                                   self.settings.per_neighbour)
-        settings = dataclasses.replace(self.settings.search, trials=self.settings.trials,
+        settings = dataclasses.replace(self.settings.search, trials=self.settings.trials, seed=seed,
                                        timeout_s=self._time_left(), objective="time")
         search = Search(self.space, self.gpu, problem, self.store, self.worker, settings,
                         on_progress=lambda progress: self._searched(problem, progress.evaluated),
