@@ -29,7 +29,9 @@ from sqlalchemy import select
 
 from autotune.compile import CompiledKernel, CompileFailure, CompilePool
 from autotune.db import ResultStore
-from autotune.db.models import Environment, Failure as FailureRow, Kernel, Measurement as MeasurementRow, Problem
+from autotune.db.models import Environment, Kernel, Problem
+from autotune.db.models import Failure as FailureRow
+from autotune.db.models import Measurement as MeasurementRow
 from autotune.db.rows import problem_fields
 from autotune.errors import InputError
 from autotune.gpus import GpuSpec
@@ -61,7 +63,7 @@ class SweepSettings:
     neighbours: int = WARM_NEIGHBOURS
     per_neighbour: int = WARM_PER_NEIGHBOUR
     timeout_s: float | None = None  # wall-clock limit of this run
-    search: SearchSettings = SearchSettings()
+    search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
 
 
 @dataclasses.dataclass
@@ -155,9 +157,8 @@ class Sweep:
             outcomes.append(outcome)
             self._progress.shapes_done += 1
             self.on_shape(outcome)
-            if outcome.evaluated < self.settings.trials:  # out of time, or every feasible config taken
-                if self._time_left() == 0:
-                    return SweepResult(tuple(outcomes), None, complete=False)
+            if outcome.evaluated < self.settings.trials and self._time_left() == 0:  # cut short by the time limit
+                return SweepResult(tuple(outcomes), None, complete=False)
         if self.settings.top == 0:
             return SweepResult(tuple(outcomes), None, complete=True)
         cross, complete = self._cross()

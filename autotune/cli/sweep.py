@@ -165,7 +165,7 @@ def _tflops(problem: GemmProblem, ms: float | None) -> float | None:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
