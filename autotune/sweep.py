@@ -10,10 +10,13 @@
 * Warm start: before a shape's search, the best configs of the nearest already-tuned
   shapes in the database (same GPU, dtype and family; nearest as in
   :func:`autotune.select.nearest`) are tried first, where the static rules admit them.
-* Cross measurement: the best ``top`` distinct configs of every swept shape are verified
-  and timed at every swept shape where they are feasible and have no result yet (no
-  Optuna trials), and stored as ordinary measurements, so a table can compare every
-  kernel at every shape. A cubin does not depend on the shape: each config is compiled once.
+* Cross measurement: the best ``top`` distinct configs of every swept shape (or of the
+  shapes of ``cross_from``, tuned earlier) are verified and timed at every swept shape
+  where they are feasible and have no result yet (no Optuna trials), and stored as
+  ordinary measurements, so a table can compare every kernel at every shape. A cubin does
+  not depend on the shape: each config is compiled once. A config whose warm-up launch,
+  or first timed launches, take over CROSS_RACE_MARGIN x the best time known at the shape
+  stops timing there, as a raced search candidate does: it would not be that shape's pick.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ DEFAULT_TOP = 4  # configs per shape measured at every other shape
 WARM_NEIGHBOURS = 2  # tuned shapes a search is warm-started from...
 WARM_PER_NEIGHBOUR = 3  # ...and configs taken from each
 CROSS = "cross"  # the study label of cross measurements: "<the shape's study>/cross"
+CROSS_RACE_MARGIN = 1.5  # a cross candidate this much slower than a shape's best stops timing
 CUBLAS_MS_UNKNOWN = 10.0  # the cuBLAS time a cross candidate's timeout assumes where none is stored
 SQLITE_LOCK_TIMEOUT_S = 60.0
 
@@ -63,6 +67,7 @@ class SweepSettings:
     neighbours: int = WARM_NEIGHBOURS
     per_neighbour: int = WARM_PER_NEIGHBOUR
     timeout_s: float | None = None  # wall-clock limit of this run
+    cross_from: tuple[GemmProblem, ...] = ()  # the shapes whose best configs are cross-measured (default: the swept)
     search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
 
 
@@ -141,6 +146,7 @@ class Sweep:
         self._storage = _optuna_storage(store.url)
         self._started = time.monotonic()
         self._done: dict[GemmProblem, int] = {}  # evaluations per shape, as last seen
+        self._best: dict[GemmProblem, float | None] = {}  # the best time of each shape's search
         self._progress = SweepProgress(0, len(self.problems), 0, settings.trials * len(self.problems))
 
     def run(self) -> SweepResult:
@@ -246,9 +252,10 @@ class Sweep:
         return CrossOutcome(len(configs), measured, failed, earlier, infeasible), True
 
     def _top_configs(self) -> list[Config]:
-        """The ``top`` fastest distinct configs of each shape's study, in shape order, each once."""
+        """The ``top`` fastest distinct configs of each source shape's study (``cross_from``, else the
+        swept shapes), in shape order, each once."""
         configs: list[Config] = []
-        for problem in self.problems:
+        for problem in self.settings.cross_from or self.problems:
             names: set[str] = set()
             for trial in sorted(self._view(problem).measured, key=trial_ms):
                 if len(names) == self.settings.top:
@@ -261,21 +268,32 @@ class Sweep:
 
     def _measure(self, config: Config, problem: GemmProblem,
                  compiled: CompiledKernel | CompileFailure) -> Measurement | Failure:
-        """Verify and time ``config`` at ``problem`` like a search candidate (every launch, no racing)."""
+        """Verify and time ``config`` at ``problem`` like a search candidate, racing it against the shape's best."""
         search = self.settings.search
         task = kernel_task(self.space, config, compiled, self.gpu, problem, search.seed, search.warmup, search.repeats)
         if isinstance(task, Failure):
             return task
+        best_ms = self._best_ms(problem)
+        if best_ms is not None and search.race:
+            task = dataclasses.replace(task, race_ms=best_ms * CROSS_RACE_MARGIN)
         cublas_ms = self.store.cublas_reference(self.gpu.key, problem) or CUBLAS_MS_UNKNOWN
         launches = search.warmup + search.repeats + 4
         return self.worker.run(task, timeout_s=15.0 + 50.0 * launches * cublas_ms / 1e3)  # a search's timeout
+
+    def _best_ms(self, problem: GemmProblem) -> float | None:
+        """The best time the shape's search found (the cross measurement's racing yardstick)."""
+        if problem not in self._best:
+            best = min(self._view(problem).measured, key=trial_ms, default=None)
+            self._best[problem] = None if best is None else trial_ms(best)
+        return self._best[problem]
 
     # -- bookkeeping -------------------------------------------------------------------
 
     def _view(self, problem: GemmProblem) -> StudyView:
         """The shape's study as it is now (empty when there is none yet)."""
+        name = self.names.get(problem) or study_name(self.space, self.gpu.key, problem)
         try:
-            study_id = self._storage.get_study_id_from_name(self.names[problem])
+            study_id = self._storage.get_study_id_from_name(name)
         except KeyError:
             return StudyView([], set(), lambda trial: trial)
         return StudyView(self._storage.get_all_trials(study_id, deepcopy=False), set(), lambda trial: trial)

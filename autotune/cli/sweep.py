@@ -43,6 +43,9 @@ def register(sub) -> None:
     sweep.add_argument("--top", type=int, default=DEFAULT_TOP,
                        help=f"the best T configs of each shape are timed at every shape (default {DEFAULT_TOP}; "
                             "0: none)")
+    sweep.add_argument("--cross-from", metavar="SHAPES",
+                       help="time the best configs of these tuned shapes (a set or file, as --shapes) at the swept "
+                            "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
     add_db_argument(sweep)
     add_backend_argument(sweep)
     sweep.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
@@ -55,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype not in DTYPES:
         raise InputError("--dtype", args.dtype, " or ".join(DTYPES))
     problems = [make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.shapes)]
+    sources = tuple(make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.cross_from)) \
+        if args.cross_from else ()
     requested = requested_gpu(args.gpu)
     family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
     require_positive("--trials", args.trials)
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(args.db)
         print(f"sweeping {space.family} over {len(problems)} {args.dtype} shapes ({args.shapes}) on {env.gpu_name} "
               f"({env.arch}), {args.trials} trials each, device {args.device}", file=sys.stderr)
-        settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout,
+        settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout, cross_from=sources,
                                  search=SearchSettings(jobs=args.jobs))
         line = SweepLine()
         sweep = Sweep(space, gpu, problems, store, worker, pool, settings, on_progress=line.progress,
