@@ -18,6 +18,12 @@
 #   bench/h200.sh throughput [DTYPE:SIZE:TRIALS:TARGET...]  GPU evaluations per second of whole searches
 #                                       from a cold compile cache and a fresh database (default: SGEMM 4096
 #                                       and 1024, HGEMM 4096, 100 evaluations each; bench/throughput.py)
+#   bench/h200.sh sweep DTYPE...        the LLM sweep for a table: `autotune sweep --shapes llm`, then
+#                                       `--shapes llm-held-out --cross-from llm`, then `autotune table
+#                                       --hold-out llm-held-out` (text and JSON) and `autotune plot`, once
+#                                       both sweeps are complete (SWEEP_TRIALS per shape, default 20;
+#                                       SWEEP_TOP, default 3; SWEEP_TIMEOUT=S stops each sweep command
+#                                       after S seconds: run the mode again with the same $DB to go on)
 #   bench/h200.sh shared [DEVICES]      searches sharing one study on a throwaway PostgreSQL server, one
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
@@ -37,7 +43,7 @@ else
     export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 AUTOTUNE_CACHE=${AUTOTUNE_CACHE:-/tmp/autotune-cache}
-DB="sqlite:///$(realpath "$OUT")/results.db"
+DB=${DB:-"sqlite:///$(realpath "$OUT")/results.db"}
 status=0
 
 {
@@ -107,6 +113,24 @@ while [ $# -gt 0 ]; do
         while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do cases+=("$1"); shift; done
         python3 bench/throughput.py --out "$OUT" ${cases[@]+"${cases[@]}"} 2>&1 | tee "$OUT/throughput.txt" || status=1
         ;;
+    sweep)
+        while [ $# -gt 0 ] && [[ $1 == f16 || $1 == f32 ]]; do
+            dtype=$1; shift
+            common=(--gpu h200 --dtype "$dtype" --trials "${SWEEP_TRIALS:-20}" --top "${SWEEP_TOP:-3}" --db "$DB"
+                    ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"})
+            log="$OUT/sweep_${dtype}.log" step="$OUT/sweep_step.log"
+            python3 -m autotune sweep "${common[@]}" --shapes llm > "$step" 2>&1 || status=1
+            cat "$step" >> "$log"
+            grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
+            python3 -m autotune sweep "${common[@]}" --shapes llm-held-out --cross-from llm > "$step" 2>&1 || status=1
+            cat "$step" >> "$log"
+            grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
+            python3 -m autotune table --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" > "$OUT/table_${dtype}.txt" 2>&1 || status=1
+            python3 -m autotune table --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" --json > "$OUT/table_${dtype}.json" 2>> "$log" || status=1
+            python3 -m autotune plot --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" --out "$OUT" >> "$log" 2>&1 || status=1
+            tail -25 "$OUT/table_${dtype}.txt"
+        done
+        ;;
     shared)
         devices=0,0
         if [ $# -gt 0 ] && [[ $1 =~ ^[0-9,]+$ ]]; then devices=$1; shift; fi
@@ -122,7 +146,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], shared [DEVICES], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], mismatch" >&2; exit 2
         ;;
     esac
 done
