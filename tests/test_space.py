@@ -72,7 +72,7 @@ def test_every_feasible_config_has_a_sane_launch(sgemm):
         launch = sgemm.launch(config, H200, problem)
         values = sgemm.values(config, H200)
         assert launch.block[0] == values["THREADS"] and 64 <= launch.block[0] <= 1024
-        assert launch.grid == (-(-777 // config["BN"]), -(-1000 // config["BM"]), 1)
+        assert launch.grid == (-(-777 // config["BN"]) * config["SPLIT_K"], -(-1000 // config["BM"]), 1)
         assert launch.dynamic_smem == (values["SMEM_BYTES"] if config["SMEM_OPT_IN"] else 0)
         assert values["THR_M"] * values["THR_N"] == 32
 
@@ -85,9 +85,9 @@ def test_bad_knob_values_name_the_choices(sgemm):
 
 
 def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
-    assert sgemm.defaults == {"LEAN_BUILD": 0}
-    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob != "LEAN_BUILD"}
-    assert sgemm.config(old)["LEAN_BUILD"] == 0
+    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1}
+    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in ("LEAN_BUILD", "SPLIT_K")}
+    assert sgemm.config(old)["LEAN_BUILD"] == 0 and sgemm.config(old)["SPLIT_K"] == 1
     assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
     without = {knob: value for knob, value in old.items() if knob != "GROUP_M"}  # no default for GROUP_M
     with pytest.raises(InputError, match="a value for every knob"):
