@@ -180,3 +180,52 @@ def test_kernels_of_older_gpus_take_the_gemm_arguments(family, gpu):
     spec, space = gpu_spec(gpu), load_space(family)
     compiled = compile_kernel(render(space, space.seeds[0], spec))
     assert parameter_sizes(compiled.cubin, compiled.entry) == (8, 8, 8, 4, 4, 4, 4, 4)
+
+
+SPLIT_VARIANTS = [  # over the 16x128 split-K seed: each main loop and block order of the template, split 2/4/8
+    {"SPLIT_K": 2, "STAGES": 2, "CP_ASYNC": 0, "PREFETCH": 1},
+    {"SPLIT_K": 8, "STAGES": 2, "CP_ASYNC": 0},
+    {"SPLIT_K": 8, "STAGES": 1, "CP_ASYNC": 0, "GROUP_M": 8},
+    {"SPLIT_K": 4, "STAGES": 2, "CP_ASYNC": 1, "LEAN_BUILD": 1},
+    {"SPLIT_K": 2, "BM": 32, "TM": 8, "TN": 8, "WARPS_M": 1, "BN": 256, "BK": 8},  # 1x4 warps of 32x64
+    {"SPLIT_K": 4, "BM": 64, "BN": 256, "BK": 8, "TM": 8, "TN": 8, "WARPS_M": 2, "STAGES": 2, "CP_ASYNC": 0,
+     "SMEM_OPT_IN": 1},  # the 66560-byte partial tile in dynamic shared memory
+]
+
+
+def test_split_k_and_small_m_configs_compile_for_sm90_without_spills():
+    """The split-K seeds and variants of them build for sm_90 as cluster kernels whose shared memory holds
+    the stages or the partial tile; what NVRTC reports is printed (pytest -s)."""
+    spec, space = gpu_spec("h200"), load_space("sgemm")
+    base = next(s for s in space.seeds if s["SPLIT_K"] > 1 and s["BM"] == 16)
+    configs = [s for s in space.seeds if s["SPLIT_K"] > 1 or s["BM"] == 16]
+    configs += [space.config({**base.as_dict(), **changes}) for changes in SPLIT_VARIANTS]
+    assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8} and {c["BM"] for c in configs} == {16, 32, 64}
+    for config in configs:
+        assert space.check(config, spec).feasible, (config.name, space.check(config, spec).reason)
+        values = space.values(config, spec)
+        source = render(space, config, spec)
+        assert (f"__cluster_dims__({config['SPLIT_K']}, 1, 1)" in source.code) == (config["SPLIT_K"] > 1)
+        compiled = compile_kernel(source, spec.sm)
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        res = compiled.resources
+        dynamic = values["SMEM_BYTES"] if config["SMEM_OPT_IN"] else 0
+        assert res.smem_static + dynamic == values["SMEM_BYTES"] >= values["REDUCE_BYTES"]
+        assert res.spill_stores == res.spill_loads == 0 and res.stack_frame == 0
+        assert resource_violation(Resources(**{**res.__dict__, "smem_dynamic": dynamic}), values["THREADS"], spec,
+                                  opt_in=bool(config["SMEM_OPT_IN"])) is None
+        print(f"{config.name}: {res.registers} registers, {values['SMEM_BYTES']} B shared memory, "
+              f"{values['THREADS']} threads")
+
+
+@pytest.mark.parametrize("gpu", ["t4", "a100"])
+def test_small_m_tiles_compile_before_sm90_and_split_k_is_refused_there(gpu):
+    spec, space = gpu_spec(gpu), load_space("sgemm")
+    split = next(s for s in space.seeds if s["SPLIT_K"] > 1 and s["BM"] == 16)
+    assert space.check(split, spec).reason.endswith(f"sm_90 or newer ({gpu} is sm_{spec.arch})")
+    unsplit = space.config({**split.as_dict(), "SPLIT_K": 1, "STAGES": 2, "CP_ASYNC": 0})
+    for config in [unsplit, space.config({**unsplit.as_dict(), "BM": 32, "TN": 8, "WARPS_M": 2})]:
+        assert space.check(config, spec).feasible, space.check(config, spec).reason
+        compiled = compile_kernel(render(space, config, spec), spec.sm)
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        assert compiled.resources.spill_stores == 0 and "__cluster_dims__" not in render(space, config, spec).code

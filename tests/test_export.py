@@ -24,6 +24,17 @@ def test_contract_grid_matches_the_space_for_odd_shapes(family):
         assert LaunchContract.from_dict(json.loads(json.dumps(contract.to_dict()))) == contract
 
 
+def test_split_k_contract_launches_the_cluster_blocks_of_every_tile():
+    space, gpu = load_space("sgemm"), GPUS["h200"]
+    seed = next(s for s in space.seeds if s["SPLIT_K"] == 4 and s["BM"] == 16 and s["BN"] == 128)
+    contract = contract_for(space, seed, gpu)
+    assert contract.grid == ("cdiv(N, 128) * 4", "cdiv(M, 16)", "1")
+    assert to_c(contract.grid[0]) == "(AUTOTUNE_CDIV(N, 128) * 4)"
+    assert contract.grid_for(1, 4096 + 24, 14336 + 8) == (33 * 4, 1, 1)
+    assert contract.grid_for(33, 4096, 7) == (128, 3, 1)
+    assert (contract.block, contract.dynamic_smem, contract.opt_in) == ((128, 1, 1), 0, False)
+
+
 def test_grid_expressions_are_plain_and_have_a_c_form():
     space = load_space("hgemm_wgmma")
     contract = contract_for(space, space.seeds[0], GPUS["h200"])

@@ -89,6 +89,51 @@ def test_sampled_configs_verify_at_odd_shapes(worker, family, dtype):
     assert len(outcomes) >= min(12, len(configs)) * len(problems)
 
 
+# Few rows and long K (LLM decode) with edges of every kind: N and K past a multiple of 8, one row, 7 and 33
+# rows (partial 16-, 32- and 64-row tiles), K shorter than BK * SPLIT_K (cluster blocks with no k-tile),
+# N not a multiple of 4 (scalar stores of C).
+SMALL_M_SHAPES = [
+    (1, 4096 + 24, 14336 + 8), (7, 4096 + 24, 14336 + 8), (33, 4096 + 24, 14336 + 8), (64, 4096, 14336),
+    (1, 4096, 4096), (7, 520, 4099), (33, 130, 20), (17, 257, 3), (1, 1, 1), (5, 1000, 129),
+]
+
+
+def _small_m_configs(space, gpu):
+    """The split-K and small-M seeds; for every split factor and tile height of 16, 32 and 64 rows two random
+    feasible configs; and split-K configs with every value of the knobs that pick the main loop and block order."""
+    feasible = [c for c in feasible_configs(space, gpu) if c["SPLIT_K"] > 1 or c["BM"] <= 32]
+    rng = random.Random(2)
+    configs = [s for s in space.seeds if s["SPLIT_K"] > 1 or s["BM"] <= 32]
+    for split in space.knobs["SPLIT_K"]:
+        for bm in (16, 32, 64):
+            group = [c for c in feasible if c["SPLIT_K"] == split and c["BM"] == bm]
+            configs += rng.sample(group, min(2, len(group)))
+    for knob in ("STAGES", "CP_ASYNC", "PREFETCH", "SMEM_OPT_IN", "GROUP_M", "LEAN_BUILD"):
+        for value in space.knobs[knob]:
+            split_with = [c for c in feasible if c["SPLIT_K"] > 1 and c[knob] == value]
+            if split_with and not any(c["SPLIT_K"] > 1 and c[knob] == value for c in configs):
+                configs.append(rng.choice(split_with))
+    return list(dict.fromkeys(configs))
+
+
+def test_split_k_and_small_m_configs_verify_at_llm_decode_shapes(worker):
+    """sgemm's split-K clusters and 16/32-row tiles against cuBLAS, with beta 0 (C poisoned with NaN) and 0.5."""
+    from autotune.gpus import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    space = load_space("sgemm")
+    configs = _small_m_configs(space, gpu)
+    assert {c["BM"] for c in configs} >= {16, 32}
+    if gpu.arch >= 90:
+        assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8}
+    problems = [GemmProblem(m, n, k, "f32", alpha=alpha, beta=beta) for (m, n, k) in SMALL_M_SHAPES
+                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    outcomes = _run_all(worker, space, gpu, configs, problems)
+    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
+    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    assert len(outcomes) == len(configs) * len(problems)  # none skipped for its resources
+
+
 def test_wrong_kernel_is_caught(worker):
     """A config that skips the last partial k-tile must fail verification at K % BK != 0."""
     from autotune.compile import compile_kernel

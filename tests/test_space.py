@@ -72,22 +72,100 @@ def test_every_feasible_config_has_a_sane_launch(sgemm):
         launch = sgemm.launch(config, H200, problem)
         values = sgemm.values(config, H200)
         assert launch.block[0] == values["THREADS"] and 64 <= launch.block[0] <= 1024
-        assert launch.grid == (-(-777 // config["BN"]), -(-1000 // config["BM"]), 1)
+        assert launch.grid == (-(-777 // config["BN"]) * config["SPLIT_K"], -(-1000 // config["BM"]), 1)
         assert launch.dynamic_smem == (values["SMEM_BYTES"] if config["SMEM_OPT_IN"] else 0)
         assert values["THR_M"] * values["THR_N"] == 32
 
 
+SPLIT_REASON = ("split-K by {} sums partial tiles through a thread-block cluster's distributed shared memory: "
+                "sm_90 or newer ({} is sm_{})")
+
+
+def test_split_k_needs_sm90_small_m_tiles_and_16_byte_loads(sgemm):
+    split = [seed for seed in sgemm.seeds if seed["SPLIT_K"] > 1]
+    assert {seed["SPLIT_K"] for seed in split} == {2, 4, 8}
+    for seed in split:
+        assert sgemm.check(seed, H200).feasible, seed.name
+        for gpu in (T4, gpu_spec("a100")):
+            assert sgemm.check(seed, gpu).reason == SPLIT_REASON.format(seed["SPLIT_K"], gpu.key, gpu.arch)
+        assert sgemm.check(_with(sgemm, seed, SPLIT_K=1), T4).reason != SPLIT_REASON.format(1, "t4", 75)
+    seed = split[0]
+    wide = _with(sgemm, seed, BM=128, TM=8, TN=8, WARPS_M=4, STAGES=2)  # feasible without split-K
+    assert sgemm.check(_with(sgemm, wide, SPLIT_K=1), H200).feasible
+    assert sgemm.check(wide, H200).reason == f"split-K by {seed['SPLIT_K']} is built for tiles of at most 64 rows (BM is 128)"
+    assert sgemm.check(_with(sgemm, seed, VEC=2), H200).reason == f"split-K by {seed['SPLIT_K']} is built for 16-byte loads (VEC 4, not 2)"
+
+
+def test_split_k_shared_memory_holds_the_partial_tile(sgemm):
+    seed = next(seed for seed in sgemm.seeds if seed["SPLIT_K"] > 1 and seed["BM"] == 16)
+    values = sgemm.check(seed, H200).values
+    assert values["REDUCE_BYTES"] == 4 * 16 * (seed["BN"] + 4)
+    assert values["SMEM_BYTES"] == max(values["PIPELINE_BYTES"], values["REDUCE_BYTES"])
+    # 64x256: the partial tile (66560 B) outgrows 48 KB of stages and needs the opt-in
+    big = _with(sgemm, seed, BM=64, BN=256, BK=8, TM=8, TN=8, WARPS_M=2, STAGES=2, CP_ASYNC=0)
+    assert sgemm.check(big, H200).reason == "smem 65.0 KB > 48 KB (h200)"
+    assert sgemm.check(_with(sgemm, big, SMEM_OPT_IN=1), H200).feasible
+    assert sgemm.check(_with(sgemm, big, SPLIT_K=1), H200).values["SMEM_BYTES"] == 4 * 2 * 8 * (68 + 256)
+
+
+def _tile_cover(values):
+    """The (row, column) of every accumulator of every thread, as the template's epilogue maps them."""
+    cells = []
+    for tid in range(values["THREADS"]):
+        warp, lane = divmod(tid, 32)
+        warp_m, warp_n = divmod(warp, values["WARPS_N"])
+        lane_m, lane_n = divmod(lane, values["THR_N"])
+        for g in range(values["TM"] // 4):
+            for i in range(4):
+                row = warp_m * values["WTM"] + g * values["THR_M"] * 4 + lane_m * 4 + i
+                for h in range(values["TN"] // 4):
+                    for j in range(4):
+                        cells.append((row, warp_n * values["WTN"] + h * values["THR_N"] * 4 + lane_n * 4 + j))
+    return cells
+
+
+@pytest.fixture(scope="module")
+def llm_decode_survey(sgemm):
+    from autotune.survey import survey
+
+    return survey(sgemm, H200, make_problem("1x4096x14336", "f32"))
+
+
+def test_one_row_long_k_problem_gets_split_k_and_small_m_tiles(sgemm, llm_decode_survey):
+    feasible = [verdict.config for verdict in llm_decode_survey.feasible]
+    kinds = {(config["SPLIT_K"], config["BM"]) for config in feasible}
+    assert {(split, bm) for split in (1, 2, 4, 8) for bm in (16, 32, 64)} <= kinds
+    assert {bm for split, bm in kinds if split > 1} == {16, 32, 64}
+    assert all(seed in set(feasible) for seed in sgemm.seeds)
+    split = sum(config["SPLIT_K"] > 1 for config in feasible)
+    print(f"feasible at 1x4096x14336 on h200: {len(feasible)}, {split} of them split-K")
+    assert 0 < split < len(feasible)
+
+
+def test_small_m_thread_layouts_cover_the_tile_once(llm_decode_survey):
+    """Every distinct 16- and 32-row layout the rules let through gives each tile element to one thread."""
+    layouts = {}
+    for verdict in llm_decode_survey.feasible:
+        v = verdict.values
+        if v["BM"] <= 32:
+            layouts.setdefault((v["BM"], v["BN"], v["TM"], v["TN"], v["WARPS_M"]), v)
+    assert {bm for bm, *_ in layouts} == {16, 32} and len(layouts) >= 10
+    for (bm, bn, *_), values in layouts.items():
+        cells = _tile_cover(values)
+        assert len(cells) == bm * bn and set(cells) == {(r, c) for r in range(bm) for c in range(bn)}, values
+
+
 def test_bad_knob_values_name_the_choices(sgemm):
-    with pytest.raises(InputError, match="BM.*32, 64, 128, 256"):
+    with pytest.raises(InputError, match="BM.*16, 32, 64, 128, 256"):
         sgemm.config({**sgemm.seeds[0].as_dict(), "BM": 96})
     with pytest.raises(InputError, match="knob"):
         sgemm.config({**sgemm.seeds[0].as_dict(), "XX": 1})
 
 
 def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
-    assert sgemm.defaults == {"LEAN_BUILD": 0}
-    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob != "LEAN_BUILD"}
-    assert sgemm.config(old)["LEAN_BUILD"] == 0
+    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1}
+    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in ("LEAN_BUILD", "SPLIT_K")}
+    assert sgemm.config(old)["LEAN_BUILD"] == 0 and sgemm.config(old)["SPLIT_K"] == 1
     assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
     without = {knob: value for knob, value in old.items() if knob != "GROUP_M"}  # no default for GROUP_M
     with pytest.raises(InputError, match="a value for every knob"):
