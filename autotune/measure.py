@@ -279,13 +279,12 @@ def time_launches(
     ``budget_ms`` the count drops (to no fewer than 5), so a slow candidate
     costs seconds, not minutes.
 
-    With ``race_ms`` the kernel races: one warm-up launch, which stops the timing
-    at once when it alone took longer than ``race_ms`` (warm L2 only makes a
-    launch faster, so the flushed ones would be slower still; its time is the one
-    sample), then RACE_LAUNCHES timed launches; if their median is above
-    ``race_ms`` the timing stops there (a clearly slower kernel costs a few
-    launches), otherwise it goes on to ``repeats`` timed launches, the race
-    launches among them.
+    With ``race_ms`` the kernel races: one warm-up launch, then RACE_LAUNCHES
+    timed launches; if their median is above ``race_ms`` the timing stops there
+    (a clearly slower kernel costs a few launches), otherwise it goes on to
+    ``repeats`` timed launches, the race launches among them. (A warm-up launch
+    is no yardstick: the first launch of a kernel or library can take a hundred
+    times longer than the next.)
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -298,10 +297,8 @@ def time_launches(
         launch()
     warm_end.record(stream)
     warm_end.synchronize()
-    estimate_ms = cupy.cuda.get_elapsed_time(warm_start, warm_end) / warmup
-    if race_ms is not None and estimate_ms > race_ms:
-        return Timing.from_samples([estimate_ms])
     if budget_ms is not None:
+        estimate_ms = cupy.cuda.get_elapsed_time(warm_start, warm_end) / warmup
         if estimate_ms > 0:
             repeats = max(min(repeats, MIN_REPEATS), min(repeats, int(budget_ms / estimate_ms)))
     samples: list[float] = []

@@ -58,7 +58,7 @@ from autotune.time_spent import TimeSpent
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
-RACE_MARGIN = 1.1  # a candidate whose first launches are this much slower than the best stops timing
+RACE_MARGIN = 1.2  # a candidate whose first launches are this much slower than the best stops timing
 LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
 READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
 BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left

@@ -14,8 +14,8 @@
   shapes of ``cross_from``, tuned earlier) are verified and timed at every swept shape
   where they are feasible and have no result yet (no Optuna trials), and stored as
   ordinary measurements, so a table can compare every kernel at every shape. A cubin does
-  not depend on the shape: each config is compiled once. A config whose warm-up launch,
-  or first timed launches, take over CROSS_RACE_MARGIN x the best time known at the shape
+  not depend on the shape: each config is compiled once. A config whose first timed
+  launches take over CROSS_RACE_MARGIN x the best time known at the shape
   stops timing there, as a raced search candidate does: it would not be that shape's pick.
 """
 

@@ -203,7 +203,7 @@ class FakeBackend:
 
     KERNEL_TFLOPS = 10.0
     CUBLAS_TFLOPS = 40.0
-    RACE_LAUNCHES = 1  # the samples a raced kernel that lost returns: its warm-up, as on the GPU
+    RACE_LAUNCHES = 3  # the samples a raced kernel that lost returns, as on the GPU
     POWER_W = 600.0
     IDLE_POWER_W = 120.0
 

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class Outcome:
     target_per_s: float
     exit_code: int
     wall_s: float
+    ready_s: float | None  # from the start to "searching ..." (the GPU worker's hello: imports, CUDA, database)
+    exit_s: float | None  # from "results: ..." (the last line) to the process's exit
     evaluated: int
     per_s: float
     best_ratio: float | None  # cuBLAS time over the best config's, measured side by side in the run
@@ -70,11 +73,7 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
         command += ["--jobs", str(jobs)]
     env = {**os.environ, "AUTOTUNE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=CASE_TIMEOUT_S)
-        exit_code, stdout, stderr = result.returncode, result.stdout, result.stderr
-    except subprocess.TimeoutExpired as expired:
-        exit_code, stdout, stderr = 124, _text(expired.stdout), _text(expired.stderr) + "\ntimed out\n"
+    exit_code, stdout, stderr, seen = _run_timed(command, env)
     wall_s = time.monotonic() - started
     (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stderr}{stdout}")
     evaluated = _evaluated(database)
@@ -86,11 +85,43 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
     counts = re.search(r"screened out by the static rules: (\d+) .*timing stopped early: (\d+)", stdout)
     failures = re.search(r"^failures: (.*)$", stdout, re.M)
     spent = re.search(r"^time: (.*)$", stdout, re.M)
-    return Outcome(case, dtype, int(size), int(trials), float(target), exit_code, round(wall_s, 2), evaluated,
+    ready_s = seen.get("searching") and round(seen["searching"] - started, 2)
+    exit_s = seen.get("results") and round(time.monotonic() - seen["results"], 2)
+    return Outcome(case, dtype, int(size), int(trials), float(target), exit_code, round(wall_s, 2), ready_s, exit_s,
+                   evaluated,
                    round(evaluated / wall_s, 2), float(ratio.group(1)) if ratio else None,
                    best.group(1) if best else None, int(counts.group(2)) if counts else None,
                    int(counts.group(1)) if counts else None, failures.group(1) if failures else "",
                    spent.group(1) if spent else "")
+
+
+def _run_timed(command: list[str], env: dict) -> tuple[int, str, str, dict[str, float]]:
+    """Run the search; its exit code, stdout, stderr, and when its first "searching" and "results"
+    lines appeared (time.monotonic())."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: dict[str, float] = {}
+    texts = {"out": [], "err": []}
+
+    def read(stream, name: str) -> None:
+        for line in stream:
+            for marker in ("searching", "results"):
+                if line.startswith(marker) and marker not in seen:
+                    seen[marker] = time.monotonic()
+            texts[name].append(line)
+
+    readers = [threading.Thread(target=read, args=(process.stdout, "out")),
+               threading.Thread(target=read, args=(process.stderr, "err"))]
+    for reader in readers:
+        reader.start()
+    try:
+        exit_code = process.wait(timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        exit_code = 124
+        texts["err"].append("\ntimed out\n")
+    for reader in readers:
+        reader.join()
+    return exit_code, "".join(texts["out"]), "".join(texts["err"]), seen
 
 
 def _evaluated(database: Path) -> int:
@@ -110,10 +141,6 @@ def _evaluated(database: Path) -> int:
                for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False))
 
 
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="*", default=list(DEFAULT_CASES), help="DTYPE:SIZE:TRIALS:TARGET ...")
@@ -131,7 +158,8 @@ def main() -> int:
         ratio = f"{outcome.best_ratio:.3f}x cuBLAS" if outcome.best_ratio else "no verified config"
         print(f"{case}: {outcome.evaluated} GPU evaluations in {outcome.wall_s:.1f} s = {outcome.per_s:.2f}/s "
               f"(target {outcome.target_per_s:g}/s, {verdict}); best {ratio}; raced {outcome.raced}, "
-              f"exit {outcome.exit_code}\n  {outcome.time_spent}", flush=True)
+              f"exit {outcome.exit_code}\n  start to GPU ready {outcome.ready_s} s; last line to exit "
+              f"{outcome.exit_s} s; search {outcome.time_spent}", flush=True)
     rows = [{**dataclasses.asdict(o), "passed": o.passed} for o in outcomes]
     (args.out / "throughput.json").write_text(json.dumps(rows, indent=2) + "\n")
     with open(args.out / "throughput.csv", "w", newline="") as file:

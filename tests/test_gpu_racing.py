@@ -24,7 +24,7 @@ def test_time_launches_stops_a_kernel_slower_than_race_ms():
         cupy.matmul(a, a, out=out)
 
     raced = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e-6)  # every kernel is slower
-    assert len(raced.samples_ms) == 1  # the warm-up alone was slower: no timed launch
+    assert len(raced.samples_ms) == measure.RACE_LAUNCHES
     contender = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e6)
     assert len(contender.samples_ms) == 20
     plain = measure.time_launches(launch, warmup=2, repeats=20)
@@ -36,6 +36,7 @@ def test_time_launches_stops_a_kernel_slower_than_race_ms():
 def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
     from autotune.compile import compile_kernel
     from autotune.gpus import GPUS
+    from autotune.measure import RACE_LAUNCHES
     from autotune.records import Failure, Measurement
     from autotune.render import render
     from autotune.space import SearchSpace
@@ -52,6 +53,6 @@ def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
         result = worker.run(dataclasses.replace(task, race_ms=1e-6), timeout_s=60)
     if verified:
         assert isinstance(result, Measurement) and result.max_error <= 1.0
-        assert len(result.timing.samples_ms) == 1  # stopped after its warm-up
+        assert len(result.timing.samples_ms) == RACE_LAUNCHES
     else:
         assert isinstance(result, Failure) and result.failure_class == "wrong_answer"
