@@ -176,7 +176,7 @@ BAD_VALUES = [
     (("environment", "gpu_key"), "", "environment.gpu_key", "a string of 1 to 64 characters"),
     (("environment", "driver"), 580, "environment.driver", "a string of 1 to 64 characters"),
     (("family",), "no_such_family", "family", "a kernel family"),
-    (("params", "BM"), 7, "params.BM", "32, 64, 128, 256"),
+    (("params", "BM"), 7, "params.BM", "16, 32, 64, 128, 256"),
     (("params", "BM"), 128.9, "params.BM", "an integer"),
     (("params", "BM"), "128", "params.BM", "an integer"),
     (("params", "NO_SUCH_KNOB"), 1, "params", "BM"),
