@@ -28,7 +28,7 @@ LLM_LAYERS: tuple[tuple[int, int], ...] = (
     (14336, 4096),   # MLP up / gate, 4096 hidden
     (4096, 14336),   # MLP down, 4096 hidden
 )
-LLM_TOKENS: tuple[int, ...] = (1, 16, 64, 256, 1024, 4096, 16384)
+LLM_TOKENS: tuple[int, ...] = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
 
 HELD_OUT_LAYERS: tuple[tuple[int, int], ...] = (
     (11008, 4096),   # MLP up / gate, Llama-2-7B
