@@ -168,3 +168,28 @@ def test_shipped_results_serve_h200_and_same_architecture_h100():
     assert h100.table.arch == "sm_90" and "same architecture" in h100.note and "NVIDIA H200" in h100.note
     a100 = choose_table("NVIDIA A100-SXM4-80GB", "sm_80", 0)
     assert a100.table is None
+
+
+def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    from autotune.runtime import sources
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")  # no user database
+    built = choose_table("NVIDIA H200", "sm_90", 0)
+    cached = sources.shipped_table_path("h200", "sm_90")
+    assert cached.exists() and "shipped with autotune" in built.note
+
+    def no_import():
+        raise AssertionError("the shipped results were imported again")
+
+    monkeypatch.setattr(sources, "shipped_store", no_import)
+    again = choose_table("NVIDIA H200", "sm_90", 0)
+    assert again.table.to_dict() == built.table.to_dict() and again.note == built.note
+
+    cached.write_text("{not json")  # a damaged cache file is built again
+    monkeypatch.undo()
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")
+    rebuilt = choose_table("NVIDIA H200", "sm_90", 0)
+    assert {**rebuilt.table.to_dict(), "created_at": None} == {**built.table.to_dict(), "created_at": None}
+    assert json.loads(cached.read_text())["arch"] == "sm_90"

@@ -154,11 +154,12 @@ def get_or_create(session: Session, model: type[Base], fields: dict, extra: dict
     """The id of the row of ``model`` with these unique-key values, inserted (with ``extra``) if missing.
 
     Ids known to be committed (``session.info[KNOWN_IDS]``, filled by the store
-    after each commit from ``session.info[FOUND_IDS]``) skip the lookup: these
-    rows are never deleted.
+    after each commit from ``session.info[FOUND_IDS]``) and ids found earlier in
+    this transaction (``session.info[FOUND_IDS]``) skip the lookup: these rows are
+    never deleted.
     """
     key = (model.__tablename__, tuple(sorted(fields.items())))
-    known = session.info.get(KNOWN_IDS, {}).get(key)
+    known = session.info.get(KNOWN_IDS, {}).get(key) or session.info.get(FOUND_IDS, {}).get(key)
     if known is not None:
         return known
     row = find(session, model, fields)

@@ -5,11 +5,15 @@ In this order: a table file the program loaded (:func:`autotune.load`, or the
 (``AUTOTUNE_DB``, else the default database, if it exists); the tuned results
 that ship with autotune. In each, results measured on this GPU model come
 first; results of another GPU of the same architecture are used when this model
-has none, and the choice says so.
+has none, and the choice says so. The table built from the shipped results is
+kept in the disk cache (``<cache>/tables``), named after a hash of those results
+and of autotune's version, so only the first process after an install builds it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -40,11 +44,15 @@ def choose_table(gpu_name: str, arch: str, device: int, loaded: tuple[KernelTabl
         table, where = loaded
         check_arch(table, where, gpu_name, arch, device)
         return TableChoice(table, _note(table, key, gpu_name, where))
-    for where, store in _stores():
-        with store:
-            choice = _from_store(store, where, key, gpu_name, arch)
+    user = _user_store()
+    if user is not None:
+        with user:
+            choice = _from_store(user, USER, key, gpu_name, arch)
         if choice is not None:
             return choice
+    choice = _shipped_choice(key, gpu_name, arch)
+    if choice is not None:
+        return choice
     return TableChoice(None, f"no tuned results for {gpu_name} ({arch}) in the user's database or those shipped")
 
 
@@ -67,17 +75,52 @@ def _note(table: KernelTable, key: str | None, gpu_name: str, where: str) -> str
            f"on {measured}, from {where}"
 
 
-def _stores():
-    """(description, store) of the user's database if it exists, then of the shipped results."""
+USER, SHIPPED = "the results database", "the results shipped with autotune"
+
+
+def _user_store():
+    """The user's results database if it exists and opens, else None."""
     from autotune.db import ResultStore, default_url
 
     url = default_url() if os.environ.get("AUTOTUNE_DB") else _existing_default()
-    if url is not None:
+    if url is None:
+        return None
+    try:
+        return ResultStore(url)
+    except AutotuneError:
+        return None  # an unreadable database is the CLI's business; the runtime falls through to shipped results
+
+
+def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | None:
+    """The table of the shipped results for this GPU: from the disk cache, else built (and cached)."""
+    cached = shipped_table_path(key, arch)
+    if cached.exists():
         try:
-            yield "the results database", ResultStore(url)
+            table = read_table(cached)
         except AutotuneError:
-            pass  # an unreadable database is the CLI's business; the runtime falls through to shipped results
-    yield "the results shipped with autotune", shipped_store()
+            table = None  # a damaged cache file: build the table again
+        else:
+            return TableChoice(table, _note(table, key, gpu_name, SHIPPED))
+    with shipped_store() as store:
+        choice = _from_store(store, SHIPPED, key, gpu_name, arch)
+    if choice is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".tmp{os.getpid()}")
+        choice.table.write(partial, with_cubins=False)
+        partial.replace(cached)
+    return choice
+
+
+def shipped_table_path(key: str | None, arch: str) -> Path:
+    """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
+    from autotune import __version__
+    from autotune.compile import cache_dir
+    from autotune.data_files import data_dir
+
+    digest = hashlib.sha256(json.dumps([__version__, key, arch]).encode())
+    for path in sorted(data_dir("tuned_db").glob("*.jsonl")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return cache_dir() / "tables" / f"shipped-{key or arch}-{digest.hexdigest()[:16]}.json"
 
 
 def _existing_default() -> str | None:
