@@ -251,10 +251,13 @@ class StudyLedger:
         self._close(trial_id, TrialState.FAIL, None)
 
     def release_all(self) -> None:
-        """Give back every slot this process still holds (its candidates will not run)."""
+        """Give back every slot this process still holds (its candidates will not run), those an
+        interrupt left between their creation and their bookkeeping included."""
         with self._lock:
-            held = sorted(self._mine)
-        for trial_id in held:
+            held = set(self._mine)
+        held |= {t._trial_id for t in self.view(fresh=True).trials
+                 if t.state == TrialState.RUNNING and t.user_attrs.get("process") == PROCESS}
+        for trial_id in sorted(held):
             self.release(trial_id)
 
     # -- compile failures ------------------------------------------------------------

@@ -208,12 +208,15 @@ def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):
     args = sweep_args(shapes, url, trials=8, top=0)
     process = autotune(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    for line in process.stderr:  # progress lines come every 10 evaluations: this one is in the second shape
+    for line in process.stderr:  # the first shape's line: the second shape's search starts
         assert time.monotonic() < deadline, "no progress line"
-        if line.startswith("[shapes 1/3] 10/24 evaluations"):
+        if line.startswith("64x64x64: best"):
             break
     else:
         pytest.fail(f"the sweep ended before it could be interrupted: {process.communicate()}")
+    while len(evaluated_per_study(url)) < 2 or min(evaluated_per_study(url).values()) < 1:
+        assert time.monotonic() < deadline and process.poll() is None, "the second shape never started"
+        time.sleep(0.05)  # until the second shape's search has evaluated a candidate
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err

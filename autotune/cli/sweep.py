@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import sys
+import time
 from typing import TextIO
 
 from autotune.cli.arguments import (
@@ -103,23 +104,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 class SweepLine:
-    """The sweep's progress line on stderr (redrawn in place on a terminal, every few evaluations
-    elsewhere), and a line per finished shape above it."""
+    """The sweep's progress line on stderr (redrawn in place on a terminal; elsewhere, a line every
+    ``every_s`` seconds and at the end), and a line per finished shape above it."""
 
-    def __init__(self, stream: TextIO = sys.stderr, every: int = 10):
-        self.stream, self.every = stream, every
+    def __init__(self, stream: TextIO = sys.stderr, every_s: float = 10.0):
+        self.stream, self.every_s = stream, every_s
         self.interactive = stream.isatty()
         self._shown = ""
-        self._last_printed = -1
+        self._last_printed: tuple[int, float] | None = None  # (evaluations, time.monotonic()) of the last line
 
     def progress(self, progress) -> None:
         self._shown = self.format(progress)
         if self.interactive:
             self.stream.write("\r\033[K" + self._shown)
             self.stream.flush()
-        elif progress.evaluated != self._last_printed and (
-                progress.evaluated % self.every == 0 or progress.evaluated >= progress.target):
-            self._last_printed = progress.evaluated
+            return
+        now = time.monotonic()
+        last = self._last_printed
+        due = last is None or now - last[1] >= self.every_s or progress.evaluated >= progress.target
+        if due and (last is None or progress.evaluated != last[0]):
+            self._last_printed = (progress.evaluated, now)
             print(self._shown, file=self.stream, flush=True)
 
     def shape(self, outcome) -> None:
