@@ -380,7 +380,7 @@ def test_a_signal_stops_every_compile_process(signum):
         assert len(_session_processes(process.pid)) >= 3, "the compile pool did not start"
         time.sleep(1.0)
         os.kill(process.pid, signum)
-        assert process.wait(timeout=30) == 128 + signum
+        assert process.wait(timeout=60) == 128 + signum  # a loaded 2-core machine can take tens of seconds
         deadline = time.monotonic() + 15
         while _session_processes(process.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
