@@ -367,12 +367,19 @@ def _session_processes(session: int) -> list[int]:
     return found
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT's default action, even where this test runs with SIGINT ignored (a shell's
+    background job), so that the child turns it into KeyboardInterrupt as a terminal's Ctrl-C would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_every_compile_process(signum):
     command = [sys.executable, "-m", "autotune", "space", "--gpu", "h200", "--shape", "4096", "--compile", "all"]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": ROOT})
+                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": ROOT},
+                               preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while len(_session_processes(process.pid)) < 3 and time.monotonic() < deadline:

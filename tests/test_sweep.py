@@ -206,7 +206,8 @@ def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):
     url = f"sqlite:///{tmp_path}/results.db"
     shapes = shape_file(tmp_path, "64x64x64", "128x64x64", "64x128x32")
     args = sweep_args(shapes, url, trials=8, top=0)
-    process = autotune(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = autotune(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     deadline = time.monotonic() + 120
     for line in process.stderr:  # the first shape's line: the second shape's search starts
         assert time.monotonic() < deadline, "no progress line"
