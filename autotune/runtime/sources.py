@@ -113,14 +113,20 @@ def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | 
 
 def shipped_table_path(key: str | None, arch: str) -> Path:
     """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
-    from autotune import __version__
     from autotune.compile import cache_dir
+
+    return cache_dir() / "tables" / f"shipped-{key or arch}-{_shipped_digest(key, arch)}.json"
+
+
+def _shipped_digest(*extra) -> str:
+    """A hash of the shipped results files, autotune's version and ``extra``."""
+    from autotune import __version__
     from autotune.data_files import data_dir
 
-    digest = hashlib.sha256(json.dumps([__version__, key, arch]).encode())
+    digest = hashlib.sha256(json.dumps([__version__, *extra]).encode())
     for path in sorted(data_dir("tuned_db").glob("*.jsonl")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return cache_dir() / "tables" / f"shipped-{key or arch}-{digest.hexdigest()[:16]}.json"
+    return digest.hexdigest()[:16]
 
 
 def _existing_default() -> str | None:
@@ -131,12 +137,19 @@ def _existing_default() -> str | None:
 
 
 def shipped_store():
-    """An in-memory database holding the tuned results that ship with autotune."""
+    """A database holding the tuned results that ship with autotune, built once into the disk cache
+    (``<cache>/shipped``, named after a hash of those results and autotune's version) and opened from there."""
     from autotune import tuned
+    from autotune.compile import cache_dir
     from autotune.data_files import data_dir
     from autotune.db import ResultStore
 
-    store = ResultStore("sqlite://")
-    for path in sorted(data_dir("tuned_db").glob("*.jsonl")):
-        tuned.import_file(store, path)
-    return store
+    path = cache_dir() / "shipped" / f"results-{_shipped_digest()}.db"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.stem}.tmp{os.getpid()}.db")
+        with ResultStore(f"sqlite:///{partial}") as building:
+            for results in sorted(data_dir("tuned_db").glob("*.jsonl")):
+                tuned.import_file(building, results)
+        partial.replace(path)
+    return ResultStore(f"sqlite:///{path}")
