@@ -223,14 +223,15 @@ def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):
     assert process.returncode == 130, err
     assert "run the same command again to resume" in err
     cut_short = evaluated_per_study(url)
-    assert min(cut_short.values()) < 8 and sum(cut_short.values()) < 24
+    finished = sum(count == 8 for count in cut_short.values())
+    assert 1 <= finished < 3 and sum(cut_short.values()) < 24, cut_short  # cut mid-search or between searches
     storage = optuna.storages.RDBStorage(url)
     assert not [t for s in storage.get_all_studies() for t in storage.get_all_trials(s._study_id)
                 if t.state == optuna.trial.TrialState.RUNNING]  # its slots were given back
 
     rerun = autotune(*args)
     assert rerun.returncode == 0, rerun.stderr
-    assert "64x64x64: best" in rerun.stderr and rerun.stderr.count("(done earlier)") == 1
+    assert "64x64x64: best" in rerun.stderr and rerun.stderr.count("(done earlier)") == finished
     assert sorted(evaluated_per_study(url).values()) == [8, 8, 8]
 
 
