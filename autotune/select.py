@@ -1,10 +1,13 @@
 """Measurements -> a per-shape selection table of a few kernels, and how good its picks are.
 
-Like cuBLAS's heuristics, the table maps a GEMM shape to one kernel: the rule of
-the nearest training shape (distance in log m, log n, log k; a tie goes to the
-larger problem). The kernels are at most ``max_kernels`` (16) configs chosen by
-a greedy cover of the measured times (:mod:`autotune.cover`); each training
-shape's rule is the fastest chosen kernel measured there.
+Like cuBLAS's heuristics, the table maps a GEMM shape to one kernel. The
+kernels are at most ``max_kernels`` (16) configs chosen by a greedy cover of the
+measured times (:mod:`autotune.cover`); each training shape's rule holds the
+chosen kernels measured there, fastest first. A shape goes to the rule of the
+nearest training shape (distance in log m, log n, log k; a tie goes to the
+larger problem), which gives it the kernel whose time there, scaled by how its
+busiest SM's work changes between the two shapes (:mod:`autotune.scaling`),
+is least: at the training shape itself, its fastest.
 
 Its quality is measured, not assumed: on held-out shapes (never used to build
 the table), or, without any, by leaving each training shape out in turn and
@@ -18,9 +21,11 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 
-from autotune import cover
+from autotune import cover, scaling
 from autotune.db import ResultStore
 from autotune.errors import AutotuneError
+from autotune.export.contract import LaunchContract, contract_for
+from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.space import load_space
 
@@ -75,6 +80,7 @@ class Rule:
     best_config: str
     cublas_ms: float | None
     measured_on: str  # the GPU the kernel's time was measured on
+    times: tuple[tuple[str, float], ...] = ()  # every chosen kernel measured here (name, ms), fastest first
 
     @property
     def shape(self) -> Shape:
@@ -90,12 +96,21 @@ class Rule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Pick:
+    """The table's kernel for a shape, and the rule (nearest training shape) it was chosen at."""
+
+    rule: Rule
+    kernel: Kernel
+
+
+@dataclasses.dataclass(frozen=True)
 class SelectionTable:
     """Rules over the training shapes, pointing at no more than ``max_kernels`` kernels."""
 
     rules: tuple[Rule, ...]
     kernels: tuple[Kernel, ...]  # in the order the cover chose them
     training: tuple[Shape, ...]  # every shape the table was built from, ruled or not
+    gpu: GpuSpec  # whose SMs the times scale with
     max_kernels: int = MAX_KERNELS
 
     @property
@@ -112,12 +127,19 @@ class SelectionTable:
         """How many rules point at ``kernel``."""
         return sum(1 for rule in self.rules if rule.kernel.name == kernel.name)
 
-    def pick(self, problem: GemmProblem, exclude: GemmProblem | None = None) -> Rule | None:
-        """The rule of the training shape nearest to ``problem`` (skipping ``exclude``)."""
+    def pick(self, problem: GemmProblem, exclude: GemmProblem | None = None) -> Pick | None:
+        """The kernel for ``problem``, chosen at the training shape nearest to it (skipping ``exclude``)."""
         candidates = [r for r in self.rules if r.problem != exclude and r.problem.dtype == problem.dtype]
         if not candidates:
             return None
-        return nearest(candidates, (problem.m, problem.n, problem.k), lambda r: r.shape)
+        shape = (problem.m, problem.n, problem.k)
+        rule = nearest(candidates, shape, lambda r: r.shape)
+        kernels = {kernel.name: kernel for kernel in self.kernels}
+
+        def work(name: str, at: Shape) -> int:
+            return _contract(kernels[name], self.gpu).work(*at, self.gpu.sms)
+
+        return Pick(rule, kernels[scaling.fastest(rule.times, work, rule.shape, shape)])
 
 
 def nearest(items, shape: tuple[int, int, int], shape_of):
@@ -160,17 +182,17 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str) -> Res
     return Results(dict(sorted(shapes.items(), key=lambda item: _volume_order(item[0]))), kernels)
 
 
-def build(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, max_kernels: int = MAX_KERNELS,
-          hold_out: Iterable[Shape] = ()) -> tuple[SelectionTable, Results]:
-    """The table for the GPUs ``gpu_keys`` and ``dtype`` built from every measured shape but ``hold_out``,
-    and everything measured (held-out shapes too)."""
+def build(store: ResultStore, gpu: GpuSpec, gpu_keys: str | Sequence[str], dtype: str,
+          max_kernels: int = MAX_KERNELS, hold_out: Iterable[Shape] = ()) -> tuple[SelectionTable, Results]:
+    """The table for the GPUs ``gpu_keys`` (of ``gpu``'s kind) and ``dtype`` built from every measured shape
+    but ``hold_out``, and everything measured (held-out shapes too)."""
     results = gather(store, gpu_keys, dtype)
-    return table_from(results.without(hold_out), max_kernels), results
+    return table_from(results.without(hold_out), gpu, max_kernels), results
 
 
-def table_from(results: Results, max_kernels: int = MAX_KERNELS) -> SelectionTable:
-    """The table built by covering ``results``' shapes with kernels autotune can build (a shipped family)."""
-    usable = {name for name, kernel in results.kernels.items() if _ships(kernel.family)}
+def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -> SelectionTable:
+    """The table built by covering ``results``' shapes with kernels autotune can build for ``gpu``."""
+    usable = {name for name, kernel in results.kernels.items() if _builds(kernel, gpu)}
     times = {shape: {c: ms for c, ms in measured.ms.items() if c in usable} for shape, measured in results.shapes.items()}
     chosen = cover.choose(times, max_kernels)
     rules = []
@@ -178,10 +200,12 @@ def table_from(results: Results, max_kernels: int = MAX_KERNELS) -> SelectionTab
         name = chosen.rules[shape]
         if name is None:
             continue
+        here = sorted((measured.ms[k], k) for k in chosen.kernels if k in measured.ms)
         rules.append(Rule(measured.problem, results.kernels[name], measured.ms[name], measured.best_ms,
-                          measured.best_config, measured.cublas_ms, measured.measured_on[name]))
+                          measured.best_config, measured.cublas_ms, measured.measured_on[name],
+                          tuple((k, ms) for ms, k in here)))
     return SelectionTable(tuple(rules), tuple(results.kernels[name] for name in chosen.kernels),
-                          tuple(results.shapes), max_kernels)
+                          tuple(results.shapes), gpu, max_kernels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,15 +250,15 @@ def held_out(table: SelectionTable, results: Results) -> list[HeldOut]:
     training = results.without(s for s in results.shapes if s not in kept)
     report = []
     for shape in table.training:
-        others = table_from(training.without([shape]), table.max_kernels)
+        others = table_from(training.without([shape]), table.gpu, table.max_kernels)
         measured = training.shapes[shape]
         report.append(_held_out(others.pick(measured.problem), measured.problem, measured))
     return report
 
 
-def _held_out(rule: Rule | None, problem: GemmProblem, measured: Measured | None) -> HeldOut:
-    pick_ms = measured.ms.get(rule.kernel.name) if rule and measured else None
-    return HeldOut(problem, rule.problem if rule else None, rule.kernel if rule else None, pick_ms,
+def _held_out(pick: Pick | None, problem: GemmProblem, measured: Measured | None) -> HeldOut:
+    pick_ms = measured.ms.get(pick.kernel.name) if pick and measured else None
+    return HeldOut(problem, pick.rule.problem if pick else None, pick.kernel if pick else None, pick_ms,
                    measured.best_ms if measured else None, measured.cublas_ms if measured else None)
 
 
@@ -276,11 +300,21 @@ def _volume_order(shape: Shape) -> tuple:
     return shape[0] * shape[1] * shape[2], shape
 
 
-@functools.lru_cache(maxsize=None)
-def _ships(family: str) -> bool:
-    """Whether ``family`` is one autotune ships (so its kernels can be built and exported)."""
+def _builds(kernel: Kernel, gpu: GpuSpec) -> bool:
+    """Whether autotune can build ``kernel`` for ``gpu`` (its family ships and takes its knob values), and so
+    launch, export and scale it."""
     try:
-        load_space(family)
+        _contract(kernel, gpu)
     except AutotuneError:
         return False
     return True
+
+
+def _contract(kernel: Kernel, gpu: GpuSpec) -> LaunchContract:
+    return _contract_of(kernel.family, tuple(sorted(kernel.params.items())), gpu)
+
+
+@functools.lru_cache(maxsize=4096)
+def _contract_of(family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec) -> LaunchContract:
+    space = load_space(family)
+    return contract_for(space, space.config(dict(params)), gpu)

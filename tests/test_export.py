@@ -50,7 +50,7 @@ def test_export_json_and_python_from_the_shipped_results(tmp_path):
     result = autotune("export", "--gpu", "h200", "--shipped", "--format", "json", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "autotune_table_h200.json").read_text())
-    assert data["schema_version"] == 1 and data["arch"] == "sm_90" and data["gpu"] == "h200"
+    assert data["schema_version"] == 2 and data["arch"] == "sm_90" and data["gpu"] == "h200"
     assert data["measured_on"] == ["NVIDIA H200"] and set(data["dtypes"]) == {"f32", "f16"}
     f16 = data["dtypes"]["f16"]
     assert {r["kernel"] for r in f16["rules"]} == {k["name"] for k in f16["kernels"]}

@@ -143,9 +143,10 @@ def test_table_file_round_trip_and_environment_variable(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("edit, fragment", [
-    (lambda d: d.update(schema_version=2), "schema_version 2"),
+    (lambda d: d.update(schema_version=3), "schema_version 3"),
     (lambda d: d.pop("kind"), "not an autotune kernel table"),
-    (lambda d: d["dtypes"]["f32"]["rules"][0].update(kernel="missing"), "'missing'"),
+    (lambda d: d["dtypes"]["f32"]["rules"][0].update(kernel="missing", times=[["missing", 1.0]]), "'missing'"),
+    (lambda d: d["dtypes"]["f32"]["rules"][0].update(times=[]), "times must start with its kernel"),
     (lambda d: d["dtypes"]["f32"]["kernels"][0]["launch"].update(grid=["__import__('os')", "1", "1"]), "grid"),
     (lambda d: d["dtypes"]["f32"]["rules"][0].update(ms=-1), "positive"),
     (lambda d: d.update(arch="sm_90 */ int evil;"), "arch"),
@@ -159,6 +160,23 @@ def test_bad_table_files_are_refused_in_one_line(tmp_path, edit, fragment):
     with pytest.raises(TableError, match=fragment) as error:
         read_table(path)
     assert "\n" not in str(error.value)
+
+
+def test_a_version_1_table_file_still_reads_and_picks_the_nearest_tuned_shapes_kernel(tmp_path):
+    data = small_table().to_dict()
+    data["schema_version"] = 1
+    for dtype in data["dtypes"].values():
+        dtype.pop("sms")
+        for rule in dtype["rules"]:
+            rule.pop("times")
+        for kernel in dtype["kernels"]:
+            kernel["launch"].pop("k_tiles")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(data))
+    f32 = read_table(path).dtypes["f32"]
+    assert [f32.pick(*shape).kernel for shape in [(100, 300, 70), (2000, 3000, 1000), (64, 64, 64)]] == [
+        "small", "large", "small"]
+    assert f32.rules[0].times == (("small", 0.01),)
 
 
 def test_shipped_results_serve_h200_and_same_architecture_h100():

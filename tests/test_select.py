@@ -4,12 +4,14 @@ import pytest
 
 from autotune.db import ResultStore
 from autotune.export.table import build_table
+from autotune.gpus import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Timing
 from autotune.select import build, held_out, judge, quality
-from autotune.space import Config, load_space
+from autotune.space import load_space
 from test_cli import assert_one_line_error, autotune
 
+H200 = gpu_spec("h200")
 ENV = Environment("h200", "NVIDIA H200", "sm_90", "580", "13.0", "13.0", "14.2.0")
 
 
@@ -17,8 +19,16 @@ def _m(problem, ms):
     return Measurement(Timing(ms, ms, ms, ms, ms, (ms,)), problem.tflops(ms), 0.1)
 
 
-def _config(name_value):
-    return Config("sgemm", (("BM", name_value),))
+_CONFIG_KEYS = (1, 2, 3, 16, 32, 48, 64, 128, 256, 999)
+
+
+def _config(key):
+    """A distinct sgemm config per key, all of one tile geometry (so a time scales alike for each of them)."""
+    space = load_space("sgemm")
+    seed = space.seeds[0].as_dict()
+    variants = [space.config(dict(seed, GROUP_M=g, PAD_A=a, PAD_B=b, LEAN_BUILD=lean))
+                for g in (1, 8) for a in (0, 4) for b in (0, 4) for lean in (0, 1)]
+    return variants[_CONFIG_KEYS.index(key)]
 
 
 def _square(n):
@@ -43,25 +53,25 @@ def test_nearest_shape_and_leave_one_out_quality(tmp_path):
     _add(store, big, _config(128), 40.0)
     _add(store, big, _config(256), 50.0)
 
-    table, results = build(store, "h200", "f32")
+    table, results = build(store, H200, "h200", "f32")
     assert [r.problem for r in table.rules] == [small, mid, big]
     assert [k.name for k in table.kernels] == [_config(128).name, _config(64).name]  # 128 covers every shape
-    assert table.pick(_square(1100)).problem == small
-    assert table.pick(GemmProblem(3000, 3000, 3000)).problem == big
-    assert table.pick(mid, exclude=mid).problem == big  # equally far: the larger problem wins
+    assert table.pick(_square(1100)).rule.problem == small
+    assert table.pick(GemmProblem(3000, 3000, 3000)).rule.problem == big
+    assert table.pick(mid, exclude=mid).rule.problem == big  # equally far: the larger problem wins
     assert table.pick(_square(64)).kernel.name == _config(64).name
 
     report = {h.problem: h for h in held_out(table, results)}
     assert report[small].config_name == _config(128).name and report[small].fraction_of_best == 1.0 / 1.25
     assert report[mid].fraction_of_best == 1.0 and report[big].fraction_of_best == 1.0
-    assert build(store, "h200", "f16")[0].rules == ()
+    assert build(store, H200, "h200", "f16")[0].rules == ()
 
 
 def test_a_pick_never_measured_there_is_unknown(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     _add(store, _square(512), _config(32), 1.0)
     _add(store, _square(4096), _config(256), 9.0)
-    table, results = build(store, "h200", "f32")
+    table, results = build(store, H200, "h200", "f32")
     report = held_out(table, results)
     assert all(h.fraction_of_best is None and h.picked_from is not None for h in report)
     assert quality(report).measured == 0 and quality(report).unmeasured == 2
@@ -73,7 +83,7 @@ def test_the_cap_makes_a_shape_take_a_slower_chosen_kernel(tmp_path):
     for i, problem in enumerate(shapes):
         _add(store, problem, _config(16 * (i + 1)), 1.0)  # each shape's own best
         _add(store, problem, _config(999), 1.25)  # one config measured everywhere
-    table, _ = build(store, "h200", "f32", max_kernels=2)
+    table, _ = build(store, H200, "h200", "f32", max_kernels=2)
     assert len(table.kernels) == 2 and table.kernels[0].name == _config(999).name
     assert sorted(r.fraction_of_best for r in table.rules) == [0.8, 0.8, 0.8, 1.0]
     assert all(r.best_ms == 1.0 and r.ms in (1.0, 1.25) for r in table.rules)
@@ -107,7 +117,7 @@ def test_held_out_report_numbers(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     _held_out_fixture(store)
     shapes = [(p.m, p.n, p.k) for p in HELD]
-    table, results = build(store, "h200", "f32", hold_out=shapes)
+    table, results = build(store, H200, "h200", "f32", hold_out=shapes)
     assert table.training == ((64, 4096, 4096), (1024, 4096, 4096))
     assert {k.name for k in table.kernels} == {_config(1).name, _config(2).name}
     report = judge(table, results, shapes, "f32")
@@ -186,5 +196,36 @@ def test_an_export_of_twenty_tuned_shapes_has_at_most_sixteen_kernels(tmp_path):
                       "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "out" / "autotune_table_h200.json").read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert len(data["dtypes"]["f32"]["kernels"]) == 16 and len(data["dtypes"]["f32"]["rules"]) == 20
+
+
+def _seed(**knobs):
+    space = load_space("sgemm")
+    return next(s for s in space.seeds if all(s.as_dict()[k] == v for k, v in knobs.items()))
+
+
+def test_a_shape_gets_the_kernel_whose_time_scales_best_from_the_nearest_tuned_shape(tmp_path):
+    # On 132 SMs, 1024x2048 is 128 blocks of 128x128 (one turn) and 512 of 64x64 (4 turns); 1152x2048 is
+    # 144 (2 turns) and 576 (5 turns). The 128x128 kernel, fastest at 1024, doubles; the 64x64 one grows 5/4.
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    large, small = _seed(BM=128, BN=128, BK=8), _seed(BM=64, BN=64)
+    tuned, near, far = GemmProblem(1024, 2048, 4096), GemmProblem(1152, 2048, 4096), GemmProblem(256, 256, 256)
+    _add(store, tuned, large, 1.0)
+    _add(store, tuned, small, 1.2)
+    _add(store, far, small, 0.01)
+    _add(store, far, large, 0.02)
+    _add(store, near, large, 2.1)  # held out
+    _add(store, near, small, 1.45)
+
+    table, results = build(store, H200, "h200", "f32", hold_out=[(1152, 2048, 4096)])
+    assert {k.name for k in table.kernels} == {large.name, small.name}
+    assert table.pick(tuned).kernel.name == large.name  # at a tuned shape: its fastest
+    pick = table.pick(near)
+    assert pick.rule.problem == tuned and pick.kernel.name == small.name
+    assert judge(table, results, [(1152, 2048, 4096)], "f32")[0].fraction_of_best == 1.0
+    assert table.pick(GemmProblem(1000, 2048, 4096)).kernel.name == large.name  # still one turn of 128x128
+
+    f32 = build_table(store, ("f32",), gpu="h200").dtypes["f32"]  # the exported table picks alike
+    assert f32.sms == H200.sms and f32.pick(1152, 2048, 4096).kernel == small.name
+    assert f32.pick(1024, 2048, 4096).kernel == large.name

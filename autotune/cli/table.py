@@ -64,7 +64,7 @@ def selection(args: argparse.Namespace) -> Selection:
     held = _hold_out_shapes(args.hold_out) if args.hold_out else []
     store = open_store(args.db)
     with store:
-        table, results = build(store, gpu.key, args.dtype, args.max_kernels, hold_out=held)
+        table, results = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
     report = judge(table, results, held, args.dtype) if args.hold_out else held_out(table, results)
     return Selection(gpu, args.dtype, store.shown_url, table, results, args.hold_out or LEAVE_ONE_OUT, tuple(report))
 
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"no tuned {chosen.dtype} results for {chosen.gpu.key} in {chosen.source}")
         return 0
     print(f"selection table for {chosen.gpu.key} {chosen.dtype} ({chosen.source}): {len(table.kernels)} kernels "
-          f"(at most {table.max_kernels}) for {len(table.training)} training shapes; a shape gets the kernel of "
-          "the nearest training shape")
+          f"(at most {table.max_kernels}) for {len(table.training)} training shapes; a shape gets, of the kernels "
+          "measured at the nearest training shape, the one whose time there scaled by its busiest SM's work is least")
     _print_rules(chosen)
     if table.unruled:
         print(f"{len(table.unruled)} training shapes have no rule (none of the {len(table.kernels)} kernels was "

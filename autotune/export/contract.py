@@ -5,9 +5,10 @@ int N, int K, float alpha, float beta)``, row-major, followed by its TMA tensor
 maps (each a 128-byte ``CUtensorMap`` passed by value, encoded for the launch's
 operands, see :mod:`autotune.tensor_map`). The contract says the block size,
 the dynamic shared memory (and whether the kernel must opt in to more than
-48 KB), the tensor maps, and the grid.
+48 KB), the tensor maps, and the grid, and the k-tiles a block runs through (what the selection table's
+time scaling counts, :mod:`autotune.scaling`).
 
-The grid depends on the problem, so each of its three sides is an integer
+The grid depends on the problem, so each of its three sides (and the k-tiles) is an integer
 expression over ``M``, ``N`` and ``K``: the space file's launch expression with
 every knob, derived value and GPU property replaced by its value, in a small
 language that Python and C both read the same way once :func:`to_c` has
@@ -27,6 +28,7 @@ from typing import Any
 from autotune.errors import SpaceError
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
+from autotune.scaling import K_TILES, busiest_sm_work
 from autotune.space import Config, SearchSpace
 from autotune.tensor_map import TensorMapSpec
 
@@ -52,11 +54,17 @@ class LaunchContract:
     dynamic_smem: int  # bytes passed at launch
     opt_in: bool  # raise the kernel's dynamic shared-memory limit to dynamic_smem before launching
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    k_tiles: str = "K"  # expression over M, N, K: the k-tiles each block runs through
 
     def grid_for(self, m: int, n: int, k: int) -> tuple[int, int, int]:
         """The grid of a launch on an ``m x n x k`` problem."""
         sizes = {"M": m, "N": n, "K": k}
         return tuple(int(_evaluate(ast.parse(text, mode="eval").body, sizes)) for text in self.grid)  # type: ignore[return-value]
+
+    def work(self, m: int, n: int, k: int, sms: int) -> int:
+        """The busiest SM's k-tiles on an ``m x n x k`` problem on a GPU of ``sms`` SMs (:mod:`autotune.scaling`)."""
+        tiles = int(_evaluate(ast.parse(self.k_tiles, mode="eval").body, {"M": m, "N": n, "K": k}))
+        return busiest_sm_work(self.grid_for(m, n, k), tiles, sms)
 
     def grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
         """:meth:`grid_for` with the expressions compiled once (for a launcher's hot path)."""
@@ -69,6 +77,7 @@ class LaunchContract:
             "target": self.target,
             "block": list(self.block),
             "grid": list(self.grid),
+            "k_tiles": self.k_tiles,
             "dynamic_smem": self.dynamic_smem,
             "opt_in": self.opt_in,
             "tensor_maps": [{"name": t.name, "operand": t.operand, "box": list(t.box), "swizzle": t.swizzle}
@@ -82,14 +91,16 @@ class LaunchContract:
         block = tuple(int(side) for side in data["block"])
         if len(grid) != 3 or len(block) != 3:
             raise ValueError("grid and block need three sides each")
-        for text in grid:
+        k_tiles = str(data.get("k_tiles", "K"))  # tables written before it: every k-tile counts alike
+        for text in (*grid, k_tiles):
             check_expression(text)
         if not str(data["entry"]).isidentifier():
             raise ValueError(f"entry {data['entry']!r} is not an identifier")
         maps = tuple(TensorMapSpec(str(t["name"]), str(t["operand"]), (int(t["box"][0]), int(t["box"][1])),
                                    int(t["swizzle"])) for t in data.get("tensor_maps", []))
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
-                   dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps)
+                   dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
+                   k_tiles=k_tiles)
 
 
 def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchContract:
@@ -108,8 +119,10 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
     names = {key: value for key, value in space.values(config, gpu).items() if key not in ("gpu", "problem")}
     launch_text = tomllib.loads(space.source_text)["launch"]
     grid = tuple(specialize(str(launch_text[key]), names, gpu) for key in ("grid_x", "grid_y"))
+    k_tiles = specialize(K_TILES, {"BK": 1, "SPLIT_K": 1, **names}, gpu)
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
-                          dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps)
+                          dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
+                          k_tiles=k_tiles)
 
 
 def specialize(text: str, names: dict[str, Any], gpu: GpuSpec) -> str:

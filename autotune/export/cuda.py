@@ -96,8 +96,10 @@ def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -
     volumes = sorted({rule.m * rule.n * rule.k for rule in rules})
     return {
         "name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
+        "sms": dtype.sms if dtype else 1,
         "rules": [{"m": rule.m, "n": rule.n, "k": rule.k, "volume_rank": volumes.index(rule.m * rule.n * rule.k),
-                   "kernel": index[rule.kernel], "kernel_name": rule.kernel, "note": _rule_note(rule)}
+                   "times": [{"kernel": index[kernel], "ms": repr(float(ms))} for kernel, ms in rule.times],
+                   "kernel_name": rule.kernel, "note": _rule_note(rule)}
                   for rule in rules],
     }
 
@@ -128,7 +130,7 @@ def _kernel_context(kernel: TableKernel) -> dict[str, Any]:
                          f"{list(passed)}")
     return {
         **dataclasses.asdict(launch), "name": kernel.name, "family": kernel.family,
-        "grid": [to_c(side) for side in launch.grid], "opt_in": int(launch.opt_in),
+        "grid": [to_c(side) for side in launch.grid], "k_tiles": to_c(launch.k_tiles), "opt_in": int(launch.opt_in),
         "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
                          "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
                         for spec in launch.tensor_maps],

@@ -3,12 +3,15 @@
 A :class:`KernelTable` holds, for one GPU (or every GPU of one architecture)
 and each dtype, the kernels the selection table chose (at most 16, each with
 its launch contract and, once compiled, its cubin) and the rules that map a
-shape to one of them: the tuned shapes, each with the fastest of those kernels
-measured there and its measured quality. A shape gets the kernel of the nearest
-tuned shape (:mod:`autotune.select`).
+shape to one of them: the tuned shapes, each with the times of those kernels
+measured there and its measured quality. A shape gets, of the kernels measured
+at the nearest tuned shape, the one whose time there scaled by the change in
+its busiest SM's work is least (:mod:`autotune.select`, :mod:`autotune.scaling`).
 
-It is written as JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 1) by
+It is written as JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 2) by
 ``autotune export`` and read back by the runtime (:func:`autotune.load`).
+Version 1 files (one time per rule) are read too: their picks are the nearest
+tuned shape's kernel.
 """
 
 from __future__ import annotations
@@ -31,16 +34,20 @@ from autotune.gpus import GPUS, GpuSpec
 from autotune.problem import DTYPES
 from autotune.records import Resources
 from autotune.render import render
+from autotune.scaling import fastest
 from autotune.select import MAX_KERNELS, held_out, nearest
 from autotune.select import build as build_selection
 from autotune.space import load_space
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READS_SCHEMA_VERSIONS = (1, 2)
 TUNED_RANGE_FACTOR = 2  # a table serves sizes from half its smallest to twice its largest tuned size, per axis
 KIND = "autotune-kernel-table"
-SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|; "
-                  "a tie goes to the larger tuned shape; sizes outside [ceil(smallest tuned / 2), largest tuned * 2] "
-                  "on any axis are not served (cuBLAS)")
+SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|, "
+                  "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
+                  "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
+                  "cdiv(grid blocks, sms) * k_tiles (the busiest SM's k-tiles); sizes outside "
+                  "[ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
 KERNEL_ARGUMENTS = ("(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta"
                     "[, CUtensorMap tensor_maps...]); A: M x K, B: K x N, C: M x N, row-major; "
                     "C = alpha * A @ B + beta * C")
@@ -96,6 +103,11 @@ class TableRule:
     measured_on: str  # the GPU's name
     held_out_fraction_of_best: float | None = None  # this shape's pick by the table without it, vs its best
     best_ms: float | None = None  # the fastest kernel measured here, in the table or not (files before it: None)
+    times: tuple[tuple[str, float], ...] = ()  # the table's kernels measured here (name, ms), fastest first
+
+    def __post_init__(self):
+        if not self.times:  # a rule made with its own kernel only (version 1 files)
+            object.__setattr__(self, "times", ((self.kernel, self.ms),))
 
     @property
     def ratio_to_cublas(self) -> float | None:
@@ -106,7 +118,7 @@ class TableRule:
         return {"m": self.m, "n": self.n, "k": self.k, "kernel": self.kernel, "ms": self.ms,
                 "cublas_ms": self.cublas_ms, "ratio_to_cublas": self.ratio_to_cublas,
                 "measured_on": self.measured_on, "held_out_fraction_of_best": self.held_out_fraction_of_best,
-                "best_ms": self.best_ms}
+                "best_ms": self.best_ms, "times": [[name, ms] for name, ms in self.times]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TableRule:
@@ -117,17 +129,30 @@ class TableRule:
         cublas = data.get("cublas_ms")
         held = data.get("held_out_fraction_of_best")
         best = data.get("best_ms")
+        times = tuple((str(name), float(time)) for name, time in data.get("times", [[data["kernel"], ms]]))
+        if not times or times[0][0] != str(data["kernel"]) or any(
+                not (math.isfinite(t) and t > 0) for _, t in times) or [t for _, t in times] != sorted(t for _, t in times):
+            raise ValueError(f"rule {sizes}: times must start with its kernel and be positive, fastest first")
         return cls(*sizes, kernel=str(data["kernel"]), ms=ms, cublas_ms=float(cublas) if cublas else None,
                    measured_on=str(data["measured_on"]), held_out_fraction_of_best=float(held) if held else None,
-                   best_ms=float(best) if best else None)
+                   best_ms=float(best) if best else None, times=times)
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePick:
+    """The kernel (its name) a shape gets, and the rule (nearest tuned shape) it was chosen at."""
+
+    rule: TableRule
+    kernel: str
 
 
 @dataclasses.dataclass(frozen=True)
 class DtypeTable:
-    """The kernels and rules of one dtype."""
+    """The kernels and rules of one dtype, and the SM count their times scale with."""
 
     kernels: tuple[TableKernel, ...]
     rules: tuple[TableRule, ...]
+    sms: int = 1
 
     def kernel(self, name: str) -> TableKernel:
         return next(kernel for kernel in self.kernels if kernel.name == name)
@@ -142,11 +167,17 @@ class DtypeTable:
                 return f"{axis} = {size} is outside the tuned range of {axis} ({low}..{high})"
         return None
 
-    def pick(self, m: int, n: int, k: int) -> TableRule | None:
-        """The rule of the tuned shape nearest to ``m x n x k`` (see SELECTION_RULE)."""
+    def pick(self, m: int, n: int, k: int) -> TablePick | None:
+        """The kernel for ``m x n x k``, chosen at the nearest tuned shape (see SELECTION_RULE)."""
         if not self.rules:
             return None
-        return nearest(self.rules, (m, n, k), lambda r: (r.m, r.n, r.k))
+        rule = nearest(self.rules, (m, n, k), lambda r: (r.m, r.n, r.k))
+        contracts = {kernel.name: kernel.launch for kernel in self.kernels}
+
+        def work(name: str, at: tuple[int, int, int]) -> int:
+            return contracts[name].work(*at, self.sms)
+
+        return TablePick(rule, fastest(rule.times, work, (rule.m, rule.n, rule.k), (m, n, k)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +209,7 @@ class KernelTable:
             "kernel_arguments": KERNEL_ARGUMENTS,
             "dtypes": {
                 dtype: {"kernels": [k.to_dict(with_cubins) for k in table.kernels],
-                        "rules": [r.to_dict() for r in table.rules]}
+                        "rules": [r.to_dict() for r in table.rules], "sms": table.sms}
                 for dtype, table in self.dtypes.items()
             },
         }
@@ -189,8 +220,9 @@ class KernelTable:
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise TableError(f"{where} is not an autotune kernel table (no \"kind\": \"{KIND}\")")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise TableError(f"{where} has schema_version {version!r}; this autotune reads {SCHEMA_VERSION}")
+        if version not in READS_SCHEMA_VERSIONS:
+            raise TableError(f"{where} has schema_version {version!r}; this autotune reads "
+                             f"{' and '.join(map(str, READS_SCHEMA_VERSIONS))}")
         try:
             dtypes = {}
             for dtype, table in data["dtypes"].items():
@@ -199,10 +231,13 @@ class KernelTable:
                 kernels = tuple(TableKernel.from_dict(k) for k in table["kernels"])
                 rules = tuple(TableRule.from_dict(r) for r in table["rules"])
                 names = {k.name for k in kernels}
-                missing = [r.kernel for r in rules if r.kernel not in names]
+                missing = [name for r in rules for name, _ in r.times if name not in names]
                 if missing:
                     raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
-                dtypes[dtype] = DtypeTable(kernels, rules)
+                sms = int(table.get("sms", 1))  # version 1: one time per rule, so the SM count never matters
+                if sms < 1:
+                    raise ValueError(f"sms {sms} (expected >= 1)")
+                dtypes[dtype] = DtypeTable(kernels, rules, sms)
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["arch"])):
                 raise ValueError(f"arch {data['arch']!r} (expected sm_XY, e.g. sm_90)")
             if data.get("gpu") is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", str(data["gpu"])):
@@ -293,15 +328,17 @@ def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: st
     keys = [key for key, _, _ in chosen]
     dtype_tables = {}
     for dtype in dtypes:
-        selection, results = build_selection(store, keys, dtype, max_kernels)
+        selection, results = build_selection(store, spec, keys, dtype, max_kernels)
         quality = {h.problem: h.fraction_of_best for h in held_out(selection, results)}
         kernels = {kernel.name: table_kernel(kernel.family, kernel.params, spec) for kernel in selection.kernels}
         rules = [TableRule(*rule.shape, kernel=kernels[rule.kernel.name].name, ms=rule.ms, cublas_ms=rule.cublas_ms,
                            measured_on=rule.measured_on, held_out_fraction_of_best=quality.get(rule.problem),
-                           best_ms=rule.best_ms) for rule in selection.rules]
+                           best_ms=rule.best_ms, times=tuple((kernels[name].name, ms) for name, ms in rule.times))
+                 for rule in selection.rules]
         unique = {kernel.name: kernel for kernel in kernels.values()}
         dtype_tables[dtype] = DtypeTable(tuple(unique[name] for name in sorted(unique)),
-                                         tuple(sorted(rules, key=lambda r: (r.m * r.n * r.k, (r.m, r.n, r.k)))))
+                                         tuple(sorted(rules, key=lambda r: (r.m * r.n * r.k, (r.m, r.n, r.k)))),
+                                         spec.sms)
     names = tuple(sorted({name for _, name, _ in chosen}))
     return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
                        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)

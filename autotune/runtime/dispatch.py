@@ -96,16 +96,17 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     outside = dtype_table.outside(m, n, k)
     if outside:
         return fallback(outside)
-    rule = dtype_table.pick(m, n, k)
-    kernel = dtype_table.kernel(rule.kernel)
+    pick = dtype_table.pick(m, n, k)
+    rule, kernel = pick.rule, dtype_table.kernel(pick.kernel)
     if (rule.m, rule.n, rule.k) == shape:
-        why = f"tuned at this shape ({_quality(rule)})"
+        why = f"tuned at this shape ({_quality(rule, pick.kernel)})"
     else:
-        why = f"the best kernel of the nearest tuned shape {rule.m}x{rule.n}x{rule.k} ({_quality(rule)})"
+        why = (f"chosen at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} for its work here "
+               f"({_quality(rule, pick.kernel)})")
     return Decision(dtype, shape, kernel, rule, why, choice.note)
 
 
-def _quality(rule: TableRule) -> str:
-    ratio = rule.ratio_to_cublas
-    text = f"{rule.ms:.4g} ms there on {rule.measured_on}"
-    return text + (f", {ratio:.3f}x cuBLAS" if ratio else "")
+def _quality(rule: TableRule, kernel: str) -> str:
+    ms = dict(rule.times)[kernel]
+    text = f"{ms:.4g} ms there on {rule.measured_on}"
+    return text + (f", {rule.cublas_ms / ms:.3f}x cuBLAS" if rule.cublas_ms else "")

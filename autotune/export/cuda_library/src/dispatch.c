@@ -31,7 +31,7 @@ static double distance(const autotune_rule* rule, int m, int n, int k) {
     return total;
 }
 
-const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
+static const autotune_rule* nearest_rule(const autotune_dtype_table* table, int m, int n, int k) {
     const autotune_rule* best = NULL;
     double best_nanos = 0.0;
     for (int i = 0; i < table->rule_count; ++i) {
@@ -40,6 +40,33 @@ const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m
         if (best == NULL || key < best_nanos || (key == best_nanos && rule->volume_rank > best->volume_rank)) {
             best = rule;
             best_nanos = key;
+        }
+    }
+    return best;
+}
+
+/* The k-tiles the busiest SM runs: autotune.scaling.busiest_sm_work. */
+static int64_t work(const autotune_kernel* kernel, int sms, int64_t m, int64_t n, int64_t k) {
+    int64_t grid[3];
+    kernel->grid(m, n, k, grid);
+    int64_t blocks = grid[0] * grid[1] * grid[2];
+    return (blocks + sms - 1) / sms * kernel->k_tiles(m, n, k);
+}
+
+int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
+    const autotune_rule* rule = nearest_rule(table, m, n, k);
+    if (rule == NULL)
+        return -1;
+    int best = -1;
+    double best_ms = 0.0;
+    for (int i = 0; i < rule->time_count; ++i) {
+        const autotune_kernel* kernel = &autotune_gemm_kernels[rule->times[i].kernel];
+        /* autotune.scaling.scaled_ms: ms * work here / work there, left to right */
+        double predicted = rule->times[i].ms * (double)work(kernel, table->sms, m, n, k) /
+                           (double)work(kernel, table->sms, rule->m, rule->n, rule->k);
+        if (best < 0 || predicted < best_ms) {
+            best = rule->times[i].kernel;
+            best_ms = predicted;
         }
     }
     return best;

@@ -1,13 +1,15 @@
-/* Which tuned shape's kernel a problem gets: the rule of autotune's selection table. */
+/* Which kernel a problem gets: the rule of autotune's selection table. */
 #ifndef AUTOTUNE_GEMM_DISPATCH_H
 #define AUTOTUNE_GEMM_DISPATCH_H
 
 #include "table.h"
 
-/* The rule of the tuned shape nearest to m x n x k: the least
-   |log m - log m'| + |log n - log n'| + |log k - log k'| rounded to 9 decimals, a tie going to the
-   larger tuned shape, then to the earlier rule. NULL where the dtype has no rules. */
-const autotune_rule* autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k);
+/* The kernel (index into autotune_gemm_kernels) for m x n x k, -1 where the dtype has no rules. It is
+   chosen at the tuned shape nearest to m x n x k (the least |log m - log m'| + |log n - log n'| +
+   |log k - log k'| rounded to 9 decimals, a tie going to the larger tuned shape, then to the earlier
+   rule): of the kernels measured there, the least ms * work(m x n x k) / work(there), a tie going to
+   the faster there, where work is the busiest SM's k-tiles, cdiv(blocks, sms) * k-tiles per block. */
+int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k);
 
 /* Sizes the table was tuned for, per axis: from ceil(smallest tuned / AUTOTUNE_TUNED_RANGE_FACTOR) to
    largest tuned * AUTOTUNE_TUNED_RANGE_FACTOR. 0 when m, n and k are all inside; else 1, 2 or 3 for the

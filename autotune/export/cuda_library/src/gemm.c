@@ -1,4 +1,4 @@
-/* The public functions: check the call, pick the kernel of the nearest tuned shape, launch it. */
+/* The public functions: check the call, pick the kernel (chosen at the nearest tuned shape), launch it. */
 #include <string.h>
 
 #include "autotune_gemm.h"
@@ -32,11 +32,11 @@ static autotune_status gemm(const char* function, autotune_call call) {
         return status;
     if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
         return status;
-    const autotune_rule* rule = autotune_gemm_pick(call.table, call.m, call.n, call.k);
-    CUfunction loaded = autotune_gemm_function(driver, context, rule->kernel, &status);
+    int kernel = autotune_gemm_pick(call.table, call.m, call.n, call.k);
+    CUfunction loaded = autotune_gemm_function(driver, context, kernel, &status);
     if (loaded == NULL)
         return status;
-    return autotune_gemm_launch(driver, loaded, &autotune_gemm_kernels[rule->kernel], &call);
+    return autotune_gemm_launch(driver, loaded, &autotune_gemm_kernels[kernel], &call);
 }
 
 autotune_status autotune_sgemm(int m, int n, int k, float alpha, const float* A, const float* B, float beta,
@@ -79,7 +79,7 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
 
 const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
     const autotune_dtype_table* table = queried_table(dtype, m, n, k);
-    return table ? autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)->kernel].name : NULL;
+    return table ? autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)].name : NULL;
 }
 
 int autotune_in_tuned_range(const char* dtype, int m, int n, int k) {

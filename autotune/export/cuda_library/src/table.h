@@ -23,20 +23,29 @@ typedef struct autotune_kernel {
     unsigned int dynamic_smem; /* bytes passed at launch */
     int opt_in;                /* raise the kernel's dynamic shared-memory limit to dynamic_smem first */
     void (*grid)(int64_t M, int64_t N, int64_t K, int64_t grid[3]);
+    int64_t (*k_tiles)(int64_t M, int64_t N, int64_t K); /* the k-tiles each block runs through */
     int tensor_map_count;
     const autotune_tensor_map_spec* tensor_maps;
 } autotune_kernel;
 
-/* A tuned shape and the kernel tuned for it. */
+/* A kernel's time measured at a tuned shape. */
+typedef struct autotune_kernel_time {
+    int kernel; /* index into autotune_gemm_kernels */
+    double ms;
+} autotune_kernel_time;
+
+/* A tuned shape and the table's kernels measured there, fastest first. */
 typedef struct autotune_rule {
     int m, n, k;
     int volume_rank; /* order of m * n * k among the dtype's rules (equal volumes, equal ranks) */
-    int kernel;      /* index into autotune_gemm_kernels */
+    int time_count;  /* >= 1 */
+    const autotune_kernel_time* times;
 } autotune_rule;
 
 typedef struct autotune_dtype_table {
     const char* dtype;  /* "f32" or "f16" */
     int element_bytes;
+    int sms;            /* the SM count the rules' times scale with */
     int rule_count;     /* 0: the library has no kernels of this dtype */
     const autotune_rule* rules;
 } autotune_dtype_table;
