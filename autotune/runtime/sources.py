@@ -115,7 +115,10 @@ def shipped_table_path(key: str | None, arch: str) -> Path:
     """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
     from autotune.compile import cache_dir
 
-    return cache_dir() / "tables" / f"shipped-{key or arch}-{_shipped_digest(key, arch)}.json"
+    from autotune.export.table import SCHEMA_VERSION, SELECTION_RULE
+
+    digest = _shipped_digest(key, arch, SCHEMA_VERSION, SELECTION_RULE)  # a new rule builds the table anew
+    return cache_dir() / "tables" / f"shipped-{key or arch}-{digest}.json"
 
 
 def _shipped_digest(*extra) -> str:
