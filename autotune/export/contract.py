@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import operator
 import tomllib
 from collections.abc import Callable
@@ -63,13 +64,19 @@ class LaunchContract:
 
     def work(self, m: int, n: int, k: int, sms: int) -> int:
         """The busiest SM's k-tiles on an ``m x n x k`` problem on a GPU of ``sms`` SMs (:mod:`autotune.scaling`)."""
-        tiles = int(_evaluate(ast.parse(self.k_tiles, mode="eval").body, {"M": m, "N": n, "K": k}))
-        return busiest_sm_work(self.grid_for(m, n, k), tiles, sms)
+        return busiest_sm_work(self._grid_function(m, n, k), self._k_tiles_function(m, n, k), sms)
 
     def grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
         """:meth:`grid_for` with the expressions compiled once (for a launcher's hot path)."""
-        code = compile(f"lambda M, N, K: ({', '.join(self.grid)},)", f"<grid of {self.entry}>", "eval")
-        return eval(code, {"__builtins__": {}, **_FUNCTIONS})  # noqa: S307 - expressions checked by check_expression
+        return self._grid_function
+
+    @functools.cached_property
+    def _grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
+        return _compiled(f"({', '.join(self.grid)},)", f"<grid of {self.entry}>")
+
+    @functools.cached_property
+    def _k_tiles_function(self) -> Callable[[int, int, int], int]:
+        return _compiled(self.k_tiles, f"<k-tiles of {self.entry}>")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +108,12 @@ class LaunchContract:
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
                    dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
                    k_tiles=k_tiles)
+
+
+def _compiled(expression: str, name: str) -> Callable:
+    """``lambda M, N, K: expression``, compiled once; the expressions were checked by check_expression."""
+    code = compile(f"lambda M, N, K: {expression}", name, "eval")
+    return eval(code, {"__builtins__": {}, **_FUNCTIONS})  # noqa: S307
 
 
 def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchContract:
