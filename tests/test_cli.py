@@ -104,6 +104,7 @@ def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "4 configs evaluated on the GPU" in first.stdout
     assert "best: sgemm_" in first.stdout and "x cuBLAS" in first.stdout
+    assert [path.name for path in tmp_path.iterdir()] == ["results.db"]  # closed: no WAL left behind
 
     resumed = autotune(*args, "--trials", "6")
     assert resumed.returncode == 0, resumed.stderr

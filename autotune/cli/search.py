@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
+import gc
 import sys
 
 from autotune.cli.arguments import (
@@ -50,7 +52,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
-    family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
+    if args.family:  # a bad --family fails before any process starts (naming a family costs no survey)
+        family_space(args, requested or GPUS["h200"])
     require_positive("--trials", args.trials)
     require_positive("--timeout", args.timeout)
     require_positive("--repeats", args.repeats)
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
     make_objective(args.objective)
+    _leave_the_heap_to_the_os_at_exit()
 
     from autotune.worker import GpuWorker
 
@@ -68,16 +72,19 @@ def run(args: argparse.Namespace) -> int:
         for worker in workers:
             worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
         from autotune.compile import CompilePool
-        from autotune.study import Search, SearchSettings
 
         pool = stack.enter_context(CompilePool(args.jobs))
         pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
-        store = open_store(args.db)
+        space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
+        store = stack.enter_context(open_store(args.db))
+        from autotune.study import Search, SearchSettings
+
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
                                              workers[0].device_properties())
         if args.backend == "fake":  # its study, like its results, is kept apart from the real GPU's
             gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
-        space = family_space(args, gpu)
+        if space is None:
+            space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats, objective=args.objective)
 
@@ -98,6 +105,14 @@ def run(args: argparse.Namespace) -> int:
 
     _print_result(result, problem, store.shown_url)
     return 0
+
+
+def _leave_the_heap_to_the_os_at_exit() -> None:
+    """Freeze the objects still alive at exit: the collector would walk them again and again while the
+    interpreter shuts down (tenths of a second after a search), to free memory the OS frees anyway.
+    The search closes its databases and processes before then."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _print_result(result, problem: GemmProblem, url: str) -> None:
