@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import gc
 import sys
+from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import (
     add_backend_argument,
@@ -24,6 +25,10 @@ from autotune.gpus import FAKE_SUFFIX, GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
+
+if TYPE_CHECKING:
+    from autotune.compile import CompilePool
+    from autotune.worker import GpuWorker
 
 
 def register(sub) -> None:
@@ -64,17 +69,8 @@ def run(args: argparse.Namespace) -> int:
     make_objective(args.objective)
     _leave_the_heap_to_the_os_at_exit()
 
-    from autotune.worker import GpuWorker
-
     with contextlib.ExitStack() as stack:
-        workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
-                   for i in range(args.workers)]
-        for worker in workers:
-            worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
-        from autotune.compile import CompilePool
-
-        pool = stack.enter_context(CompilePool(args.jobs))
-        pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
+        workers, pool = _start_processes(args, stack)
         space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
         store = stack.enter_context(open_store(args.db))
         from autotune.study import Search, SearchSettings
@@ -105,6 +101,22 @@ def run(args: argparse.Namespace) -> int:
 
     _print_result(result, problem, store.shown_url)
     return 0
+
+
+def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[list[GpuWorker], CompilePool]:
+    """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
+    CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
+    process chooses the family and opens the database."""
+    from autotune.compile import CompilePool
+    from autotune.worker import GpuWorker
+
+    workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
+               for i in range(args.workers)]
+    for worker in workers:
+        worker.begin()
+    pool = stack.enter_context(CompilePool(args.jobs))
+    pool.warm_up()
+    return workers, pool
 
 
 def _leave_the_heap_to_the_os_at_exit() -> None:
