@@ -235,8 +235,15 @@ class CompilePool:
     # -- stopping on SIGTERM and SIGINT ---------------------------------------------------
 
     def terminate(self) -> None:
-        """Stop every compile process now, finished or not; the pool takes no more work."""
+        """Stop every compile process now, finished or not; the pool takes no more work.
+
+        A process stopped while it sends a result leaves half a message in the result pipe, and the
+        executor's thread, reading it, would wait for the rest for ever (and the interpreter's exit for
+        that thread). Once the processes are gone, this process's copy of the pipe's write end is closed
+        too: the read then ends, and so does the thread.
+        """
         processes = self._children()
+        results = getattr(self._executor, "_result_queue", None)  # the executor forgets it at shutdown
         self._kill(processes)
         self._executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:
@@ -244,6 +251,9 @@ class CompilePool:
             if process.is_alive():
                 process.kill()
                 process.join(STOP_WAIT_S)
+        writer = getattr(results, "_writer", None)
+        if writer is not None:
+            writer.close()
 
     def _children(self) -> list:
         return list((getattr(self._executor, "_processes", None) or {}).values())

@@ -271,12 +271,13 @@ class StudyLedger:
                        for t in self.view(fresh=True).trials if t._trial_id < trial_id)
 
     def close(self) -> None:
-        """Release this process's slots and stop beating."""
+        """Release this process's slots, stop beating and close the storage's connections."""
         try:
             self.release_all()
         finally:
             self._stop.set()
             self._beating.join(timeout=self.heartbeat_s + 1)
+            self.storage.engine.dispose()
 
     # -- internals ---------------------------------------------------------------------
 

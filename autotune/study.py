@@ -36,7 +36,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy
 
@@ -212,6 +212,7 @@ class Search:
             sys.setswitchinterval(switch_interval)
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
+        self._compile_seeds(pool)  # while the study opens and the GPU workers start
         ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
                              self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
                              self.settings.grace_s, sampler=self.proposer.sampler)
@@ -284,9 +285,32 @@ class Search:
             if config is None:
                 self._exhausted = True
                 return
-            future = pool.submit(render(self.space, config, self.gpu))
-            self._compiling[future] = config
-            future.add_done_callback(self._events.put)
+            self._submit(pool, config)
+
+    def _compile_seeds(self, pool: CompilePool) -> None:
+        """Start compiling, before the study is read, what the proposer gives first whatever the study
+        holds: the warm-start configs and the space's seeds that the static rules admit. Those the study
+        holds already (a resumed search) are dropped once compiled."""
+        seeds = self._admitted_seeds()
+        for _ in range(min(pool.jobs, math.ceil(self.settings.trials * BUDGET_OVERSHOOT))):
+            with self.spent.on("propose"):
+                config = next(seeds, None)
+            if config is None:
+                return
+            self._submit(pool, config)
+
+    def _admitted_seeds(self) -> Iterator[Config]:
+        """The warm-start configs, then the space's seeds, each once, where the static rules admit them."""
+        names = set()
+        for config in (*self.proposer.warm_start, *self.space.seeds):
+            if config.name not in names and self.proposer.feasible(config):
+                names.add(config.name)
+                yield config
+
+    def _submit(self, pool: CompilePool, config: Config) -> None:
+        future = pool.submit(render(self.space, config, self.gpu))
+        self._compiling[future] = config
+        future.add_done_callback(self._events.put)
 
     def _compiled(self, ledger: StudyLedger, future) -> None:
         config = self._compiling.pop(future, None)
@@ -294,6 +318,8 @@ class Search:
             return
         compiled = _compile_result(future)
         self.spent.add("compile", compiled.seconds)
+        if config.name in ledger.view().taken:
+            return  # the study holds it already: a seed of a resumed search, or another process took it
         task = self._kernel_task(config, compiled)
         if isinstance(task, Failure):
             with self.spent.on("record"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import multiprocessing
 import multiprocessing.connection
@@ -632,6 +633,7 @@ def serve(conn: multiprocessing.connection.Connection, backend_factory: Callable
         except EOFError:  # the parent has gone
             return
         if kind == "close":
+            gc.freeze()  # the interpreter's teardown then skips walking CuPy's objects: the parent waits for it
             return
         result, usable = _execute(backend, task)
         conn.send(("result", result, usable))
@@ -812,10 +814,14 @@ class GpuWorker:
         return result
 
     def close(self) -> None:
-        """Ask the child to exit; kill it if it has not within a few seconds."""
+        """Ask the child to exit; kill it if it has not within a few seconds. A child still starting
+        (begun, its hello not read) is killed at once: it has nothing to finish, and it would read the
+        request to exit only once CuPy and its CUDA context are up."""
         if self._process is None:
             return
-        if self._process.is_alive():
+        if self._awaiting_hello:
+            self._process.kill()
+        elif self._process.is_alive():
             try:
                 self._conn.send(("close", None))
             except (BrokenPipeError, ConnectionResetError):

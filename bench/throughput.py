@@ -86,7 +86,7 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
     failures = re.search(r"^failures: (.*)$", stdout, re.M)
     spent = re.search(r"^time: (.*)$", stdout, re.M)
     ready_s = seen.get("searching") and round(seen["searching"] - started, 2)
-    exit_s = seen.get("results") and round(time.monotonic() - seen["results"], 2)
+    exit_s = round(seen["exit"] - seen["results"], 2) if {"results", "exit"} <= seen.keys() else None
     return Outcome(case, dtype, int(size), int(trials), float(target), exit_code, round(wall_s, 2), ready_s, exit_s,
                    evaluated,
                    round(evaluated / wall_s, 2), float(ratio.group(1)) if ratio else None,
@@ -97,7 +97,7 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
 
 def _run_timed(command: list[str], env: dict) -> tuple[int, str, str, dict[str, float]]:
     """Run the search; its exit code, stdout, stderr, and when its first "searching" and "results"
-    lines appeared (time.monotonic())."""
+    lines appeared and when it exited (time.monotonic())."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen: dict[str, float] = {}
     texts = {"out": [], "err": []}
@@ -115,6 +115,7 @@ def _run_timed(command: list[str], env: dict) -> tuple[int, str, str, dict[str, 
         reader.start()
     try:
         exit_code = process.wait(timeout=CASE_TIMEOUT_S)
+        seen["exit"] = time.monotonic()
     except subprocess.TimeoutExpired:
         process.kill()
         exit_code = 124

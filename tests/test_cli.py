@@ -104,6 +104,7 @@ def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "4 configs evaluated on the GPU" in first.stdout
     assert "best: sgemm_" in first.stdout and "x cuBLAS" in first.stdout
+    assert [path.name for path in tmp_path.iterdir()] == ["results.db"]  # closed: no WAL left behind
 
     resumed = autotune(*args, "--trials", "6")
     assert resumed.returncode == 0, resumed.stderr
@@ -118,6 +119,38 @@ def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
 
     other_gpu = autotune("query", "--gpu", "t4", "--shape", "100x60x40", "--db", db)
     assert other_gpu.returncode == 0 and "no results for t4" in other_gpu.stdout
+
+
+SPAWNING_SCRIPT = """
+import multiprocessing
+import sys
+from {module} import {function}  # what the script pip writes for the entry point imports
+
+
+def report(queue):
+    queue.put(sorted(name for name in ("autotune.cli", "sqlalchemy", "optuna") if name in sys.modules))
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")  # as the GPU worker and the compile processes start
+    queue = context.Queue()
+    context.Process(target=report, args=(queue,)).start()
+    print(queue.get(timeout=120))
+"""
+
+
+def test_processes_the_autotune_command_starts_do_not_import_the_command_line(tmp_path):
+    """A spawned process runs the command's script again first: only the entry point's module is imported."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        module, function = tomllib.load(file)["project"]["scripts"]["autotune"].split(":")
+    script = tmp_path / "autotune"
+    script.write_text(SPAWNING_SCRIPT.format(module=module, function=function))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_search_refuses_a_gpu_that_is_not_attached(tmp_path):

@@ -8,6 +8,9 @@ import hashlib
 import json
 import os
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -16,6 +19,7 @@ from sqlalchemy import func, inspect, select
 
 from autotune.db import BestRow, ResultStore, default_url
 from autotune.db import rows as rows_module
+from autotune.db import schema
 from autotune.db import store as store_module
 from autotune.db.models import VERSION_TABLE, Base, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError, FailureClass
@@ -26,6 +30,7 @@ from autotune.records import Measurement as Meas
 from autotune.records import Resources, Timing
 from autotune.space import Config
 
+ROOT = Path(__file__).resolve().parents[1]
 HEAD_REVISION = "0003"  # the newest migration in autotune/db/migrations/versions
 
 ENV = Env("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
@@ -183,6 +188,81 @@ def test_migration_matches_models(store):
         tables = set(inspect(connection).get_table_names())
         assert context.get_current_revision() == HEAD_REVISION
     assert tables == {"environments", "problems", "kernels", "measurements", "failures", "energy_windows", VERSION_TABLE}
+
+
+def _migrated_step_by_step(path) -> None:
+    """An empty SQLite file taken through every migration, one revision after another."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{path}")
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(schema.MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    engine.dispose()
+
+
+def _schema_of(path) -> dict:
+    """Every table's columns, keys, constraints and indexes, as SQLite reports them."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        shape = {name: (
+            [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(name)],
+            inspector.get_pk_constraint(name)["constrained_columns"],
+            sorted((fk["name"], tuple(fk["constrained_columns"]), fk["referred_table"])
+                   for fk in inspector.get_foreign_keys(name)),
+            sorted((u["name"], tuple(u["column_names"])) for u in inspector.get_unique_constraints(name)),
+            sorted((i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in inspector.get_indexes(name)),
+            sorted((c["name"], " ".join(c["sqltext"].split())) for c in inspector.get_check_constraints(name)),
+        ) for name in inspector.get_table_names()}
+    engine.dispose()
+    return shape
+
+
+def test_the_newest_revision_is_alembics_head():
+    from alembic.script import ScriptDirectory
+
+    assert schema.head_revision() == ScriptDirectory(str(schema.MIGRATIONS)).get_current_head() == HEAD_REVISION
+
+
+def test_every_migration_in_turn_gives_the_schema_a_fresh_database_gets_in_one_step(tmp_path):
+    from sqlalchemy import create_engine
+
+    _migrated_step_by_step(tmp_path / "stepwise.db")
+    ResultStore(f"sqlite:///{tmp_path / 'fresh.db'}").close()
+    stepwise, fresh = _schema_of(tmp_path / "stepwise.db"), _schema_of(tmp_path / "fresh.db")
+    assert set(fresh) == {*Base.metadata.tables, VERSION_TABLE}
+    assert stepwise == fresh
+    engine = create_engine(f"sqlite:///{tmp_path / 'stepwise.db'}")
+    with engine.connect() as connection:  # and both match the models
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE, "compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+        assert context.get_current_revision() == HEAD_REVISION
+    engine.dispose()
+
+
+def test_a_fresh_database_runs_no_migration_and_a_current_one_no_alembic(tmp_path, monkeypatch):
+    from alembic import command
+
+    def no_migration(*args, **kwargs):
+        raise AssertionError("a migration ran")
+
+    monkeypatch.setattr(command, "upgrade", no_migration)
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    with ResultStore(url) as store:
+        store.add_measurement(ENV, PROBLEM, config(64), "h", measurement(1.0), "s")
+    code = ("import sys; from autotune.db import ResultStore; ResultStore(sys.argv[1]).close(); "
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'alembic'))")
+    opened = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == "[]"  # reading the revision of a current database needs no Alembic
 
 
 def test_shares_a_database_with_optuna(tmp_path):

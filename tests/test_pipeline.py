@@ -1,6 +1,9 @@
 """The pieces that keep a GPU busy: workers begun early, lanes, a compile pool that can be stopped."""
 
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -92,3 +95,45 @@ def test_a_compile_pool_stopped_without_waiting_ends_its_processes():
     while not all(_ended(pid) for pid in pids) and time.monotonic() - started < 10:
         time.sleep(0.05)
     assert pids and all(_ended(pid) for pid in pids)  # the minute-long compile was not waited for
+
+
+STOPPED_WHILE_SENDING = """
+import sys
+import time
+from pathlib import Path
+
+from autotune.compile import CompilePool
+
+
+def big_result():
+    return b"x" * 50_000_000
+
+
+def writing_to_a_pipe(pid: int) -> bool:
+    return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+
+
+if __name__ == "__main__":
+    pool = CompilePool(jobs=1)
+    pool.warm_up()
+    sys.setswitchinterval(0.5)  # this thread holds the GIL: the executor's thread reads a chunk now and then
+    future = pool._executor.submit(big_result)
+    pid = pool._children()[0].pid
+    deadline, caught = time.monotonic() + 60, False
+    while not caught and time.monotonic() < deadline:
+        caught = writing_to_a_pipe(pid)
+    sending = caught and not future.done()
+    pool.terminate()  # the process is stopped with its result half sent
+    pool.close()
+    print("stopped while sending" if sending else "not caught sending", flush=True)
+"""
+
+
+def test_a_compile_process_stopped_while_sending_its_result_does_not_hang_the_exit(tmp_path):
+    script = tmp_path / "stop.py"
+    script.write_text(STOPPED_WHILE_SENDING)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90,
+                            env=env)  # hung for ever before: the executor's thread waited for the rest
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "stopped while sending"

@@ -155,3 +155,80 @@ def test_the_result_says_where_the_time_went(tmp_path, worker):
     assert 0 < parts <= spent["wall"]["seconds"]  # the main thread's parts fit in the wall time
     assert 0 < spent["gpu busy"]["seconds"] <= spent["wall"]["seconds"]
     assert time_spent_text(spent).startswith(f"time: {spent['wall']['seconds']:.1f} s; GPU busy")
+
+
+def compile_for_a_minute(source, arch=None):
+    """A compile that takes a minute (run in a compile process)."""
+    import time
+
+    time.sleep(60)
+
+
+class PoolSlowAfter:
+    """A compile pool whose first ``fast`` compiles are real and every later one takes a minute."""
+
+    def __init__(self, jobs: int, fast: int):
+        from autotune.compile import CompilePool
+
+        self.pool, self.fast, self.jobs = CompilePool(jobs), fast, jobs
+        self.slow: list = []  # the futures of the minute-long compiles
+        self.pids: set[int] = set()  # the compile processes
+
+    def submit(self, source, arch=None):
+        if self.fast > 0:
+            self.fast -= 1
+            return self.pool.submit(source, arch)
+        future = self.pool._executor.submit(compile_for_a_minute, source, arch)
+        self.slow.append(future)
+        self.pids.update(process.pid for process in self.pool._children())
+        return future
+
+    def warm_up(self):
+        self.pool.warm_up()
+
+    def close(self, wait: bool = True):
+        self.pool.close(wait)
+
+
+def test_a_finished_search_waits_for_no_compile_it_will_not_use(tmp_path, worker):
+    import time
+
+    from test_pipeline import _ended
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    pool = PoolSlowAfter(jobs=2, fast=3)  # 3 evaluations need 3 compiles; compiling ahead starts more
+    pool.warm_up()
+    started = time.monotonic()
+    try:
+        result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, worker,
+                        SearchSettings(trials=3, jobs=2, seed=1), pool=pool).run()
+        pool.close()  # as the command line's exit does
+        finished = time.monotonic() - started
+    finally:
+        pool.pool.terminate()
+    assert result.evaluated == 3
+    assert pool.slow and not any(future.done() and not future.cancelled() and future.exception() is None
+                                 for future in pool.slow)  # minute-long compiles were under way, never finished
+    assert finished < 45  # far less in fact; a search that waited for them would take a minute
+    assert pool.pids and all(_ended(pid) for pid in pool.pids)  # and their processes are gone
+
+
+def test_the_seeds_compile_while_the_study_opens(tmp_path, worker, monkeypatch):
+    from autotune import study as study_module
+
+    compiling_when_opened = []
+
+    class Ledger(study_module.StudyLedger):
+        def __init__(self, *args, **kwargs):
+            compiling_when_opened.append([config.name for config in search._compiling.values()])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(study_module, "StudyLedger", Ledger)
+    space = SearchSpace(TINY)
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    search = Search(space, gpu_spec("h200"), GemmProblem(64, 64, 64), store, worker,
+                    SearchSettings(trials=2, jobs=2, seed=1))
+    result = search.run()
+    assert compiling_when_opened == [[seed.name for seed in space.seeds[:2]]]  # as many as there are processes
+    evaluated = {t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t)}
+    assert evaluated == {seed.name for seed in space.seeds[:2]}  # and they are the first evaluated

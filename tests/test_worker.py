@@ -125,6 +125,24 @@ def test_close_leaves_no_child_alive():
     worker.close()  # a second close is harmless
 
 
+class SlowToStartBackend(FakeBackend):
+    """The fake GPU, taking a minute to start (CuPy and a CUDA context take seconds)."""
+
+    def __init__(self, device: int = 0):
+        time.sleep(60)
+        super().__init__(device)
+
+
+def test_closing_a_worker_still_starting_stops_it_at_once():
+    worker = GpuWorker(backend=SlowToStartBackend)
+    worker.begin()
+    pid = worker.pid
+    started = time.monotonic()
+    worker.close()  # e.g. the database could not be opened: the search stops before the GPU is up
+    assert time.monotonic() - started < SLACK_S
+    assert worker.pid is None and _pid_gone(pid)
+
+
 def test_close_after_a_timeout_leaves_no_child_alive():
     worker = GpuWorker(backend="fake")
     worker.start()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
+import gc
 import sys
+from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import (
     add_backend_argument,
@@ -22,6 +25,10 @@ from autotune.gpus import FAKE_SUFFIX, GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
+
+if TYPE_CHECKING:
+    from autotune.compile import CompilePool
+    from autotune.worker import GpuWorker
 
 
 def register(sub) -> None:
@@ -50,7 +57,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
-    family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
+    if args.family:  # a bad --family fails before any process starts (naming a family costs no survey)
+        family_space(args, requested or GPUS["h200"])
     require_positive("--trials", args.trials)
     require_positive("--timeout", args.timeout)
     require_positive("--repeats", args.repeats)
@@ -59,25 +67,20 @@ def run(args: argparse.Namespace) -> int:
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
     make_objective(args.objective)
-
-    from autotune.worker import GpuWorker
+    _leave_the_heap_to_the_os_at_exit()
 
     with contextlib.ExitStack() as stack:
-        workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
-                   for i in range(args.workers)]
-        for worker in workers:
-            worker.begin()  # CuPy starts in the workers while the database opens and kernels compile
-        from autotune.compile import CompilePool
+        workers, pool = _start_processes(args, stack)
+        space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
+        store = stack.enter_context(open_store(args.db))
         from autotune.study import Search, SearchSettings
 
-        pool = stack.enter_context(CompilePool(args.jobs))
-        pool.warm_up()  # NVRTC loads in the compile processes meanwhile too
-        store = open_store(args.db)
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
                                              workers[0].device_properties())
         if args.backend == "fake":  # its study, like its results, is kept apart from the real GPU's
             gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
-        space = family_space(args, gpu)
+        if space is None:
+            space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                                   jobs=args.jobs, repeats=args.repeats, objective=args.objective)
 
@@ -98,6 +101,30 @@ def run(args: argparse.Namespace) -> int:
 
     _print_result(result, problem, store.shown_url)
     return 0
+
+
+def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[list[GpuWorker], CompilePool]:
+    """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
+    CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
+    process chooses the family and opens the database."""
+    from autotune.compile import CompilePool
+    from autotune.worker import GpuWorker
+
+    workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
+               for i in range(args.workers)]
+    for worker in workers:
+        worker.begin()
+    pool = stack.enter_context(CompilePool(args.jobs))
+    pool.warm_up()
+    return workers, pool
+
+
+def _leave_the_heap_to_the_os_at_exit() -> None:
+    """Freeze the objects still alive at exit: the collector would walk them again and again while the
+    interpreter shuts down (tenths of a second after a search), to free memory the OS frees anyway.
+    The search closes its databases and processes before then."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
 
 
 def _print_result(result, problem: GemmProblem, url: str) -> None:

@@ -1,7 +1,8 @@
 """SQLAlchemy models of the results database.
 
-The schema is created and changed only by the Alembic migrations in
-``migrations/versions``; a test checks that they match these models. Table
+A fresh database gets these tables as they are; an existing one is changed only by
+the Alembic migrations in ``migrations/versions``. Tests check that the migrations,
+run one after another, give exactly these tables. Table
 names avoid ``studies``, ``trials``, ``version_info`` and the ``study_``/``trial_``
 prefixes because Optuna's RDB storage may share the same database.
 

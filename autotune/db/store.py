@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from alembic.util import CommandError
 from sqlalchemy import Select, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
@@ -170,7 +169,7 @@ class ResultStore:
             raise DatabaseError(f"{cannot}: {self._reason(exc.__cause__)} ({exc})") from exc
         except SQLAlchemyError as exc:
             raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
-        except CommandError as exc:  # e.g. a revision from a newer autotune
+        except schema.UnknownRevision as exc:  # e.g. a revision from a newer autotune
             raise DatabaseError(f"cannot migrate database '{self._shown}': {self._reason(exc)}") from exc
 
     @property
