@@ -11,8 +11,12 @@ rule that breaks at a node where an earlier rule still waits for a deeper knob
 cannot reject the subtree by itself: below that node only the waiting earlier
 rules are applied, over only the knobs they read, and how they split such a
 subtree is worked out once for each combination of the values they read.
-The feasible configs come in the same order as iterating the space, and each
-group of rejections is counted and named by its first config in that order.
+Where, once a knob's value has passed the rules ready with it, nothing below
+reads that knob (neither the rules still waiting nor a derived value computed
+deeper), the subtrees of its values differ only in that value and the derived
+values it makes: the first is walked, the others are copies. The feasible
+configs come in the same order as iterating the space, and each group of
+rejections is counted and named by its first config in that order.
 
 Applying a rule before an earlier one could meet an error (a derived value
 that divides by zero, read by a rule) that checking in order never meets, and
@@ -129,7 +133,20 @@ class _Plan:
         # derived_for[check][depth]: the derived values the check reads that are ready at depth
         self.derived_for = [[[name for name in ready if name in needed] for ready in self.derived_at]
                             for needed in (set().union(*(needs.get(n, ()) for n in names)) for names in check_names)]
+        # read_deeper[depth]: the knobs read by derived values computed below depth + 1
+        self.read_deeper = [_union(self.reads[name] for names in self.derived_at[depth + 2:] for name in names)
+                            for depth in range(len(self.knobs))]
         self._bound_reads: dict[tuple[tuple[int, ...], int], Any] = {}
+        self._forgets: dict[tuple[int, tuple[int, ...]], bool] = {}
+
+    def forgets(self, depth: int, checks: tuple[int, ...]) -> bool:
+        """Whether below knob ``depth`` nothing reads it: not ``checks``, nor a derived value that
+        waits for a deeper knob (the derived values it makes are computed with it)."""
+        key = (depth, checks)
+        if key not in self._forgets:
+            self._forgets[key] = depth not in self.read_deeper[depth] and all(
+                depth not in self.check_knobs[c] for c in checks)
+        return self._forgets[key]
 
     def bound_reads(self, checks: tuple[int, ...], depth: int) -> Any:
         """A function giving the values of the knobs before ``depth`` that ``checks`` read."""
@@ -269,23 +286,50 @@ class _PrunedWalk(_Walk):
         self.names.update(dict.fromkeys(self.plan.derived_at[-1]))
         self._splits: dict[Any, dict[Any, tuple[str | None, int]]] = {}
         self._derive(0)
-        self._visit(0, tuple(range(len(self.plan.checks))))
+        self._visit(0, *self._first_rejection(0, tuple(range(len(self.plan.checks)))))
         return self._result()
 
-    def _visit(self, depth: int, waiting: tuple[int, ...]) -> None:
-        """Bind knob ``depth`` onwards; ``waiting`` holds the checks not yet applied, in file order."""
-        rejection, earlier = self._first_rejection(depth, waiting)
+    def _visit(self, depth: int, rejection: tuple[Any, str | None] | None, waiting: tuple[int, ...]) -> None:
+        """The subtree below the knobs bound up to ``depth``: ``rejection`` is the first check that
+        rejects it (or None), ``waiting`` the checks before it not ready yet, in file order."""
         if rejection is not None:
-            for group, (reason, count) in self._split(depth, earlier).items():
+            for group, (reason, count) in self._split(depth, waiting).items():
                 self._count(*(rejection if group is None else (group, reason)), count)
-        elif not earlier:
+            return
+        if not waiting:
             self._accept_below(depth)
-        else:
-            for value, pair in self.plan.choices[depth]:
-                if self._full():
-                    return
-                self._bind(depth, value, pair)
-                self._visit(depth + 1, earlier)
+            return
+        walked: dict[tuple[int, ...], tuple[list[Verdict], list[tuple[Rejection, int]]]] = {}
+        for value, pair in self.plan.choices[depth]:
+            if self._full():
+                return
+            self._bind(depth, value, pair)
+            rejection, later = self._first_rejection(depth + 1, waiting)
+            if rejection is not None or self.limit is not None or not self.plan.forgets(depth, later):
+                self._visit(depth + 1, rejection, later)
+            elif later in walked:
+                self._copy(depth, *walked[later])
+            else:  # the first value whose subtree the values after it may copy
+                start = len(self.feasible)
+                before = {group: counted.count for group, counted in self.groups.items()}
+                self._visit(depth + 1, None, later)
+                walked[later] = (self.feasible[start:], [(counted, counted.count - before.get(group, 0))
+                                                         for group, counted in self.groups.items()])
+
+    def _copy(self, depth: int, verdicts: list[Verdict], counts: list[tuple[Rejection, int]]) -> None:
+        """The subtree of a value of knob ``depth`` that checks alike to an earlier value's (``verdicts``
+        feasible there, ``counts`` rejected per group): the same, with this value and the derived
+        values it makes."""
+        pair = self.pairs[depth]
+        changed = {pair[0]: pair[1], **{name: self.names[name] for name in self.plan.derived_at[depth + 1]}}
+        family = self.space.family
+        for verdict in verdicts:
+            params = verdict.config.params
+            values = verdict.values.copy()
+            values.update(changed)
+            self.feasible.append(Verdict(Config(family, params[:depth] + (pair,) + params[depth + 1:]), values, None))
+        for rejection, count in counts:
+            rejection.count += count
 
     def _first_rejection(self, depth: int, waiting: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
         """The first of the ``waiting`` checks ready at ``depth`` that rejects the names bound (or None),
