@@ -87,6 +87,17 @@ def test_resource_violations():
     assert resource_violation(big, 128, spec, opt_in=True) is None
 
 
+def random_feasible(space, spec, count, rng):
+    """``count`` distinct configs drawn uniformly from those that pass the static rules on ``spec``:
+    random combinations of knob values, each checked, the rejected ones drawn again."""
+    found = []
+    while len(found) < count:
+        config = space.config({knob: rng.choice(values) for knob, values in space.knobs.items()})
+        if config not in found and space.check(config, spec).feasible:
+            found.append(config)
+    return found
+
+
 @pytest.mark.parametrize("gpu", ["t4", "a100", "h200"])
 def test_cubin_resources_match_the_ptxas_report(gpu):
     """The fallback used when NVRTC's log has no ptxas report reads the same numbers from the cubin."""
@@ -95,7 +106,7 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
     from autotune.cubin import read_resources
 
     spec, space = gpu_spec(gpu), load_space("sgemm")
-    configs = random.Random(7).sample(feasible_configs(space, spec), 6)
+    configs = random_feasible(space, spec, 6, random.Random(7))
     for config in configs:
         compiled = compile_kernel(render(space, config, spec), spec.sm)
         from_cubin = read_resources(compiled.cubin, compiled.entry)
@@ -105,15 +116,34 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
         assert (from_cubin.spill_stores > 0) == (compiled.resources.spill_stores > 0)
 
 
+def every_knob_value(space, spec, feasible, rng):
+    """A few feasible configs that between them give each knob every value it takes in a feasible
+    config: each the candidate (the feasible seeds first, then a random thousand) that adds the most
+    values still missing."""
+    missing = {pair for config in feasible for pair in config.params}
+    candidates = [s for s in space.seeds if space.check(s, spec).feasible]
+    candidates += rng.sample(feasible, min(1000, len(feasible)))
+    chosen = []
+    while missing:
+        best = max(candidates, key=lambda config: len(missing.intersection(config.params)))
+        if missing.isdisjoint(best.params):  # a value no candidate has: the first feasible config with it
+            best = next(config for config in feasible if not missing.isdisjoint(config.params))
+        chosen.append(best)
+        missing -= set(best.params)
+    return chosen
+
+
 @pytest.mark.parametrize("family, gpu", [("hgemm_wmma", "t4"), ("hgemm_wmma", "h200"), ("hgemm_mma", "a100"),
                                          ("hgemm_mma", "h200"), ("hgemm_wgmma", "h200")])
 def test_hgemm_spaces_compile_offline(family, gpu):
-    """The tensor-core families render and compile (headers from pip) for sm_75, sm_80, sm_90 and sm_90a."""
+    """The tensor-core families render and compile (headers from pip) for sm_75, sm_80, sm_90 and sm_90a,
+    with every value of every knob that the GPU can run."""
     import random
 
     spec, space = gpu_spec(gpu), load_space(family)
     feasible = feasible_configs(space, spec)
-    configs = [s for s in space.seeds if space.check(s, spec).feasible] + random.Random(1).sample(feasible, 3)
+    configs = every_knob_value(space, spec, feasible, random.Random(1))
+    assert {pair for config in configs for pair in config.params} == {pair for c in feasible for pair in c.params}
     for config in configs:
         compiled = compile_kernel(render(space, config, spec))
         assert not isinstance(compiled, CompileFailure), compiled.message

@@ -16,6 +16,15 @@ def sgemm():
     return load_space("sgemm")
 
 
+@pytest.fixture(scope="module")
+def llm_decode_survey(sgemm):
+    """sgemm on an H200 for an LLM's decode step (one row, long K): the walk of ten million
+    combinations that the tests of feasible configs below share."""
+    from autotune.survey import survey
+
+    return survey(sgemm, H200, make_problem("1x4096x14336", "f32"))
+
+
 def _with(space, base, **changes):
     return space.config({**base.as_dict(), **changes})
 
@@ -26,8 +35,8 @@ def test_seeds_are_feasible_on_h200(sgemm):
         assert sgemm.check(seed, H200).feasible, seed.name
 
 
-def test_config_names_are_deterministic_and_unique(sgemm):
-    configs = feasible_configs(sgemm, H200)[:2000]
+def test_config_names_are_deterministic_and_unique(sgemm, llm_decode_survey):
+    configs = [verdict.config for verdict in llm_decode_survey.feasible[:2000]]
     names = {c.name for c in configs}
     assert len(names) == len(configs)
     seed = sgemm.seeds[0]
@@ -66,9 +75,9 @@ def test_thread_layout_rule(sgemm):
     assert sgemm.check(bad, H200).reason == "warp tile 4x256 does not hold 32 lanes of 8x4"
 
 
-def test_every_feasible_config_has_a_sane_launch(sgemm):
+def test_every_feasible_config_has_a_sane_launch(sgemm, llm_decode_survey):
     problem = make_problem("1000x777x33", "f32")
-    for config in feasible_configs(sgemm, H200)[::97]:
+    for config in [verdict.config for verdict in llm_decode_survey.feasible[::97]]:
         launch = sgemm.launch(config, H200, problem)
         values = sgemm.values(config, H200)
         assert launch.block[0] == values["THREADS"] and 64 <= launch.block[0] <= 1024
@@ -124,20 +133,13 @@ def _tile_cover(values):
     return cells
 
 
-@pytest.fixture(scope="module")
-def llm_decode_survey(sgemm):
-    from autotune.survey import survey
-
-    return survey(sgemm, H200, make_problem("1x4096x14336", "f32"))
-
-
 def test_one_row_long_k_problem_gets_split_k_and_small_m_tiles(sgemm, llm_decode_survey):
-    feasible = [verdict.config for verdict in llm_decode_survey.feasible]
-    kinds = {(config["SPLIT_K"], config["BM"]) for config in feasible}
+    feasible = [verdict.values for verdict in llm_decode_survey.feasible]  # knob and derived values
+    kinds = {(values["SPLIT_K"], values["BM"]) for values in feasible}
     assert {(split, bm) for split in (1, 2, 4, 8) for bm in (16, 32, 64)} <= kinds
     assert {bm for split, bm in kinds if split > 1} == {16, 32, 64}
-    assert all(seed in set(feasible) for seed in sgemm.seeds)
-    split = sum(config["SPLIT_K"] > 1 for config in feasible)
+    assert set(sgemm.seeds) <= {verdict.config for verdict in llm_decode_survey.feasible}
+    split = sum(values["SPLIT_K"] > 1 for values in feasible)
     print(f"feasible at 1x4096x14336 on h200: {len(feasible)}, {split} of them split-K")
     assert 0 < split < len(feasible)
 

@@ -97,3 +97,107 @@ def test_a_limited_survey_stops_at_the_first_feasible_configs():
     first = survey(space, gpu_spec("h200"), limit=1).feasible
     assert len(first) == 1 and first[0].config == next(iter(survey(space, gpu_spec("h200"), limit=3).feasible)).config
     assert survey(space, gpu_spec("t4"), limit=1).feasible == []  # mma.sync needs sm_80
+
+
+def _random_space(tmp_path, seed):
+    """A small space whose rules read random knobs and derived values, the shared-memory rule last."""
+    import random
+
+    rng = random.Random(seed)
+    knobs = [f"K{i}" for i in range(rng.randint(3, 6))]
+    lines = ['family = "mixed"', 'dtype = "f32"', 'template = "none.cu.j2"', "[knobs]"]
+    lines += [f"{knob} = {sorted(rng.sample(range(1, 6), rng.randint(2, 3)))}" for knob in knobs]
+    derived = {"D0": f"{rng.choice(knobs)} * {rng.choice(knobs)}", "D1": f"D0 + {rng.choice(knobs)}",
+               "LAST": f"{knobs[-1]} + 1"}  # read by no rule: the configs' values still hold it
+    lines += ["[derived]", *(f'{name} = "{text}"' for name, text in derived.items())]
+    lines += ["[launch]", 'block = "32"', 'grid_x = "1"', 'grid_y = "1"', 'dynamic_smem = "0"',
+              f'smem_bytes = "{rng.choice(knobs)} * 13000 + {rng.choice(knobs)} * 1000"',
+              f'opt_in = "{rng.choice(knobs)} % 2"']
+    for i in range(rng.randint(2, 6)):
+        names = rng.sample([*knobs, "D0", "D1"], rng.randint(1, 3))
+        require = f"({' + '.join(names)}) % {rng.randint(2, 4)} != 0"
+        lines += ["[[rules]]", f'require = "{require}"', f'reason = "r{i}: {" ".join("{" + n + "}" for n in names)}"']
+    path = tmp_path / f"mixed{seed}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return SearchSpace(path)
+
+
+def _expected(space, gpu, limit=None):
+    """Checking configs one by one: the feasible ones up to ``limit``, and each group (first rule in file
+    order, the shared-memory rule by its limit) with its first reason and count, most common first."""
+    feasible, groups = [], {}
+    for verdict in space.verdicts(gpu):
+        if limit is not None and len(feasible) >= limit:
+            break
+        if verdict.feasible:
+            feasible.append(verdict)
+            continue
+        key = verdict.reason.split(":")[0] if verdict.reason.startswith("r") else verdict.reason.split(" KB > ")[-1]
+        groups.setdefault(key, [verdict.reason, 0])[1] += 1
+    return feasible, sorted(((example, count) for example, count in groups.values()), key=lambda g: -g[1])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_survey_of_a_random_space_matches_checking_every_config(tmp_path, seed):
+    space, gpu = _random_space(tmp_path, seed), gpu_spec("t4")
+    for limit in (None, 1, 3):
+        feasible, groups = _expected(space, gpu, limit)
+        checked = survey(space, gpu, limit=limit)
+        assert [v.config for v in checked.feasible] == [v.config for v in feasible]
+        assert [v.values for v in checked.feasible] == [v.values for v in feasible]
+        assert [(r.example, r.count) for r in checked.rejections] == groups
+
+
+ZERO_DIVISION = """
+family = "zero"
+dtype = "f32"
+template = "none.cu.j2"
+
+[knobs]
+A = [0, 1, 2]
+B = [1, 2]
+C = [1, 2]
+
+[derived]
+INV = "6 // A"
+
+[[rules]]
+require = "A > 0 or C > 5"
+reason = "A is {A}"
+
+[[rules]]
+require = "INV > 3"
+reason = "6 // A is {INV}"
+
+[launch]
+block = "32"
+grid_x = "1"
+grid_y = "1"
+smem_bytes = "0"
+opt_in = "0"
+dynamic_smem = "0"
+"""
+
+
+def test_a_rule_that_fails_only_where_an_earlier_rule_rejects_does_not_stop_the_survey(tmp_path):
+    """At A=0 the second rule compares None (6 // 0) with 2, but checking in order never gets there:
+    the first rule, waiting for C, rejects every A=0 config."""
+    path = tmp_path / "zero.toml"
+    path.write_text(ZERO_DIVISION)
+    space, gpu = SearchSpace(path), gpu_spec("t4")
+    checked = survey(space, gpu)
+    assert [(r.example, r.count) for r in checked.rejections] == [("A is 0", 4), ("6 // A is 3", 4)]
+    assert [v.config["A"] for v in checked.feasible] == [1] * 4
+
+
+def test_a_derived_value_that_fails_where_checking_in_order_reaches_it_fails_the_survey(tmp_path):
+    """At A=0, B=2 the last rule (reading B) rejects before the first (reading C) is ready; a pruned walk
+    need not bind C there, but checking in order computes INV + C (None + 1) and fails."""
+    from autotune.errors import SpaceError
+
+    text = ZERO_DIVISION.replace('INV = "6 // A"', 'INV = "6 // A"\nLATE = "INV + C"')
+    text = text.replace('require = "INV > 3"\nreason = "6 // A is {INV}"', 'require = "B < 2"\nreason = "B is {B}"')
+    path = tmp_path / "late.toml"
+    path.write_text(text)
+    with pytest.raises(SpaceError, match="LATE"):
+        survey(SearchSpace(path), gpu_spec("t4"))
