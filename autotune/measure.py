@@ -20,6 +20,7 @@ import cupy
 import numpy
 
 from autotune.problem import GemmProblem
+from autotune.race import RaceStage, lost_race
 from autotune.records import Timing
 
 MIB = 1 << 20
@@ -259,7 +260,6 @@ def flush_buffer(nbytes: int | None = None) -> cupy.ndarray:
 
 
 MIN_REPEATS = 5
-RACE_LAUNCHES = 3  # timed launches a racing candidate gets before it may stop
 
 
 def time_launches(
@@ -268,7 +268,7 @@ def time_launches(
     warmup: int = 5,
     repeats: int = 50,
     budget_ms: float | None = 3000.0,
-    race_ms: float | None = None,
+    race: tuple[RaceStage, ...] = (),
 ) -> Timing:
     """Time ``launch()`` up to ``repeats`` times, each between its own pair of events.
 
@@ -277,37 +277,48 @@ def time_launches(
     pairs are read after one synchronisation per group of launches. The warm-up
     is timed as a whole; when ``repeats`` launches would take longer than
     ``budget_ms`` the count drops (to no fewer than 5), so a slow candidate
-    costs seconds, not minutes.
+    costs seconds, not minutes. With ``warmup=0`` the first timed launches give
+    that estimate: only for a kernel that has just run (e.g. been verified),
+    since a kernel's or library's first launch can take a hundred times longer
+    than the next.
 
-    With ``race_ms`` the kernel races: one warm-up launch, then RACE_LAUNCHES
-    timed launches; if their median is above ``race_ms`` the timing stops there
-    (a clearly slower kernel costs a few launches), otherwise it goes on to
-    ``repeats`` timed launches, the race launches among them. (A warm-up launch
-    is no yardstick: the first launch of a kernel or library can take a hundred
-    times longer than the next.)
+    With ``race`` the kernel races: at each stage, in order of launches, timing
+    stops if the median so far is above the stage's limit (a clearly slower
+    kernel costs a launch or a few); a kernel that passes every stage gets all
+    ``repeats`` timed launches, the earlier ones among them.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     stream = cupy.cuda.get_current_stream()
     flush = flush_buffer(flush_bytes)
-    warmup = 1 if race_ms is not None else max(warmup, 1)
-    warm_start, warm_end = cupy.cuda.Event(), cupy.cuda.Event()
-    warm_start.record(stream)
-    for _ in range(warmup):
-        launch()
-    warm_end.record(stream)
-    warm_end.synchronize()
-    if budget_ms is not None:
+    if warmup > 0:
+        warm_start, warm_end = cupy.cuda.Event(), cupy.cuda.Event()
+        warm_start.record(stream)
+        for _ in range(warmup):
+            launch()
+        warm_end.record(stream)
+        warm_end.synchronize()
+        samples: list[float] = []
         estimate_ms = cupy.cuda.get_elapsed_time(warm_start, warm_end) / warmup
-        if estimate_ms > 0:
-            repeats = max(min(repeats, MIN_REPEATS), min(repeats, int(budget_ms / estimate_ms)))
-    samples: list[float] = []
-    if race_ms is not None:
-        samples = _timed_launches(launch, flush, stream, min(RACE_LAUNCHES, repeats))
-        if sorted(samples)[len(samples) // 2] > race_ms:
+    else:
+        samples = _timed_launches(launch, flush, stream, 1)
+        estimate_ms = samples[0]
+    repeats = _within_budget(repeats, estimate_ms, budget_ms)
+    for stage in sorted(race, key=lambda stage: stage.launches):
+        if stage.launches >= repeats:
+            break
+        samples += _timed_launches(launch, flush, stream, stage.launches - len(samples))
+        if lost_race(samples, (stage,)):
             return Timing.from_samples(samples)
     samples += _timed_launches(launch, flush, stream, repeats - len(samples))
     return Timing.from_samples(samples)
+
+
+def _within_budget(repeats: int, estimate_ms: float, budget_ms: float | None) -> int:
+    """``repeats``, cut to what fits ``budget_ms`` at ``estimate_ms`` a launch (no fewer than MIN_REPEATS)."""
+    if budget_ms is None or estimate_ms <= 0:
+        return repeats
+    return max(min(repeats, MIN_REPEATS), min(repeats, int(budget_ms / estimate_ms)))
 
 
 def _timed_launches(launch: Callable[[], None], flush: cupy.ndarray, stream, count: int) -> list[float]:

@@ -16,9 +16,10 @@
   together (:mod:`autotune.ledger`): a candidate runs only once it holds a slot.
   Running the same search again resumes the study until the budget is reached;
   several processes (on one host or many, through one database) share it.
-* Racing (time objective): a candidate whose first timed launches are clearly
-  slower than the best in the study (median above RACE_MARGIN x the best) stops
-  timing there. Verification is never skipped.
+* Racing (time objective): a candidate's timing stops at the first of
+  RACE_MARGINS' stages where it is clearly slower than the best so far (one
+  launch over 1.5x the best, three over 1.2x, ten over 1.05x); its two
+  verification launches are its warm-up. Verification is never skipped.
 * With an energy objective (``energy``, ``edp``, ``pareto``) cuBLAS and the
   candidates that could improve the objective also get an NVML energy window
   of about a second; :mod:`autotune.objective` says how that is decided.
@@ -50,6 +51,7 @@ from autotune.lanes import GpuLane
 from autotune.ledger import Admission, StudyLedger, StudyView, trial_ms, trial_params
 from autotune.objective import Objective, Point, make_objective, pareto_front
 from autotune.problem import GemmProblem
+from autotune.race import RaceStage, lost_race, race_stages
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
 from autotune.render import render
 from autotune.sampler import Proposer
@@ -58,7 +60,7 @@ from autotune.time_spent import TimeSpent
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
-RACE_MARGIN = 1.2  # a candidate whose first launches are this much slower than the best stops timing
+RACE_MARGINS = ((1, 1.5), (3, 1.2), (10, 1.05))  # (timed launches, margin over the best): where a candidate stops
 LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
 READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
 BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left
@@ -392,7 +394,8 @@ class Search:
     def _evaluate(self, lane: GpuLane, candidate: _Candidate, worker):
         """Verify and time a candidate, racing it against the best so far; meter it where it matters.
         Runs in the lane's thread."""
-        task = dataclasses.replace(candidate.task, race_ms=self._race_ms())
+        race = self._race()
+        task = candidate.task if not race else dataclasses.replace(candidate.task, race=race, warmup=0)
         outcome = worker.run(task, timeout_s=self._candidate_timeout(lane.cublas_ms))
         window = None
         if isinstance(outcome, Measurement) and self.objective.uses_energy:
@@ -402,11 +405,12 @@ class Search:
                 window = self._energy_window(worker, task)
         return task, outcome, window
 
-    def _race_ms(self) -> float | None:
+    def _race(self) -> tuple[RaceStage, ...]:
+        """The stages a candidate races through now: none before the first result, nor for energy objectives."""
         if not self.settings.race or self.objective.name != "time":
-            return None
+            return ()
         with self._lock:
-            return None if self._best is None else self._best[0] * RACE_MARGIN
+            return () if self._best is None else race_stages(self._best[0], RACE_MARGINS)
 
     def _candidate_timeout(self, cublas_ms: float) -> float:
         """Generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
@@ -485,7 +489,7 @@ class Search:
             self.env, self.problem, config, self.space.template_hash, outcome, self.name)
         ms = outcome.timing.median_ms
         attrs: dict = {"ms": ms} if self.objective.uses_energy else {}  # the time objective's value is ms
-        if task.race_ms is not None and len(outcome.timing.samples_ms) < task.repeats and ms > task.race_ms:
+        if lost_race(outcome.timing.samples_ms, task.race):
             self.raced += 1  # its measurement holds the few launches it got
         mj = None
         if isinstance(window, Failure):
@@ -503,7 +507,8 @@ class Search:
             values = self.objective.values(ms, mj)
             if self._best is None or ms < self._best[0]:
                 self._best = (ms, config.name)
-                self._best_task = (config.name, dataclasses.replace(task, race_ms=None))  # the closing never races
+                self._best_task = (config.name, dataclasses.replace(  # the closing never races
+                    task, race=(), warmup=self.settings.warmup))
         ledger.finish(candidate.trial_id, attrs, values)
 
     def _record_compile_failure(self, ledger: StudyLedger, config: Config, failure: Failure) -> None:

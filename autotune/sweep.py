@@ -15,7 +15,7 @@
   where they are feasible and have no result yet (no Optuna trials), and stored as
   ordinary measurements, so a table can compare every kernel at every shape. A cubin does
   not depend on the shape: each config is compiled once. A config whose first timed
-  launches take over CROSS_RACE_MARGIN x the best time known at the shape
+  launches take over CROSS_RACE_MARGINS' 1.5x the best time known at the shape
   stops timing there, as a raced search candidate does: it would not be that shape's pick.
 """
 
@@ -39,6 +39,7 @@ from autotune.db.rows import problem_fields
 from autotune.errors import InputError
 from autotune.gpus import GpuSpec
 from autotune.ledger import StudyView, trial_ms, trial_params
+from autotune.race import race_stages
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.render import render
@@ -52,7 +53,7 @@ DEFAULT_TOP = 4  # configs per shape measured at every other shape
 WARM_NEIGHBOURS = 2  # tuned shapes a search is warm-started from...
 WARM_PER_NEIGHBOUR = 3  # ...and configs taken from each
 CROSS = "cross"  # the study label of cross measurements: "<the shape's study>/cross"
-CROSS_RACE_MARGIN = 1.5  # a cross candidate this much slower than a shape's best stops timing
+CROSS_RACE_MARGINS = ((3, 1.5),)  # a cross candidate whose first 3 launches are 1.5x a shape's best stops timing
 CUBLAS_MS_UNKNOWN = 10.0  # the cuBLAS time a cross candidate's timeout assumes where none is stored
 SQLITE_LOCK_TIMEOUT_S = 60.0
 
@@ -275,7 +276,7 @@ class Sweep:
             return task
         best_ms = self._best_ms(problem)
         if best_ms is not None and search.race:
-            task = dataclasses.replace(task, race_ms=best_ms * CROSS_RACE_MARGIN)
+            task = dataclasses.replace(task, race=race_stages(best_ms, CROSS_RACE_MARGINS))
         cublas_ms = self.store.cublas_reference(self.gpu.key, problem) or CUBLAS_MS_UNKNOWN
         launches = search.warmup + search.repeats + 4
         return self.worker.run(task, timeout_s=15.0 + 50.0 * launches * cublas_ms / 1e3)  # a search's timeout

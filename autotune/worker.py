@@ -35,6 +35,7 @@ import numpy
 from autotune.errors import AutotuneError, FailureClass, NoGpuError
 from autotune.gpus import FAKE_SUFFIX, device_key, spec_for_device
 from autotune.problem import GemmProblem
+from autotune.race import RaceStage
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
 from autotune.tensor_map import TENSOR_MAP_BYTES, TensorMapError, TensorMapSpec
 from autotune.tensor_map import argument as map_argument
@@ -107,7 +108,7 @@ class KernelTask:
     repeats: int
     resources: Resources | None = None
     tensor_maps: tuple[TensorMapSpec, ...] = ()
-    race_ms: float | None = None
+    race: tuple[RaceStage, ...] = ()  # stages at which timing stops for a clearly slower kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +205,6 @@ class FakeBackend:
 
     KERNEL_TFLOPS = 10.0
     CUBLAS_TFLOPS = 40.0
-    RACE_LAUNCHES = 3  # the samples a raced kernel that lost returns, as on the GPU
     POWER_W = 600.0
     IDLE_POWER_W = 120.0
 
@@ -240,8 +240,8 @@ class FakeBackend:
         if isinstance(task, KernelTask):
             measurement = _fixed_rate_measurement(task.problem, self.kernel_tflops(task.entry), task.resources)
             ms = measurement.timing.median_ms
-            lost = task.race_ms is not None and ms > task.race_ms
-            samples = (ms,) * (min(self.RACE_LAUNCHES, task.repeats) if lost else task.repeats)
+            lost = [stage.launches for stage in task.race if ms > stage.limit_ms and stage.launches < task.repeats]
+            samples = (ms,) * min(lost, default=task.repeats)  # as on the GPU: the first stage it loses
             return dataclasses.replace(measurement, timing=Timing(ms, ms, ms, ms, ms, samples))
         if isinstance(task, CublasTask):
             return _fixed_rate_measurement(task.problem, self.CUBLAS_TFLOPS, None)
@@ -345,7 +345,7 @@ class CupyBackend:
             worst = max(worst, check.max_error)
         timing = self.measure.time_launches(
             functools.partial(launch, task.problem, operands.out), warmup=task.warmup, repeats=task.repeats,
-            race_ms=task.race_ms,
+            race=task.race,
         )
         return self._measurement(task.problem, timing, worst, task.resources)
 

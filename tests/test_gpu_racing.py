@@ -1,4 +1,4 @@
-"""Racing on a real GPU: a kernel slower than race_ms stops timing early, and is verified all the same."""
+"""Racing on a real GPU: a kernel slower than a stage's limit stops timing there, and is verified all the same."""
 
 import dataclasses
 from pathlib import Path
@@ -12,10 +12,11 @@ pytestmark = pytest.mark.gpu
 PLANTED = Path(__file__).parent / "data" / "planted.toml"
 
 
-def test_time_launches_stops_a_kernel_slower_than_race_ms():
+def test_time_launches_stops_a_kernel_at_the_first_stage_it_loses():
     import cupy
 
     from autotune import measure
+    from autotune.race import RaceStage
 
     a = cupy.ones((1024, 1024), dtype=cupy.float32)
     out = cupy.empty_like(a)
@@ -23,20 +24,26 @@ def test_time_launches_stops_a_kernel_slower_than_race_ms():
     def launch():
         cupy.matmul(a, a, out=out)
 
-    raced = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e-6)  # every kernel is slower
-    assert len(raced.samples_ms) == measure.RACE_LAUNCHES
-    contender = measure.time_launches(launch, warmup=2, repeats=20, race_ms=1e6)
-    assert len(contender.samples_ms) == 20
     plain = measure.time_launches(launch, warmup=2, repeats=20)
     assert len(plain.samples_ms) == 20
+    slow, fast = 1e-6, 1e6  # limits every launch is above, and below
+    raced = measure.time_launches(launch, warmup=2, repeats=20, race=(RaceStage(3, slow),))
+    assert len(raced.samples_ms) == 3
     assert raced.median_ms == pytest.approx(plain.median_ms, rel=0.5)  # the same kernel, fewer launches
+    # Without a warm-up (the kernel has just run): stops after one launch, or at the stage it loses.
+    one = measure.time_launches(launch, warmup=0, repeats=20, race=(RaceStage(1, slow), RaceStage(3, slow)))
+    assert len(one.samples_ms) == 1
+    later = measure.time_launches(launch, warmup=0, repeats=20, race=(RaceStage(10, slow), RaceStage(1, fast)))
+    assert len(later.samples_ms) == 10
+    contender = measure.time_launches(launch, warmup=0, repeats=20, race=(RaceStage(1, fast), RaceStage(10, fast)))
+    assert len(contender.samples_ms) == 20
 
 
 @pytest.mark.parametrize("mode, verified", [(0, True), (3, False)])  # 3 ignores beta: a wrong answer
 def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
     from autotune.compile import compile_kernel
     from autotune.gpus import GPUS
-    from autotune.measure import RACE_LAUNCHES
+    from autotune.race import RaceStage
     from autotune.records import Failure, Measurement
     from autotune.render import render
     from autotune.space import SearchSpace
@@ -50,9 +57,9 @@ def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
         config = space.config({"MODE": mode})
         task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem, seed=0,
                            warmup=3, repeats=20)
-        result = worker.run(dataclasses.replace(task, race_ms=1e-6), timeout_s=60)
+        result = worker.run(dataclasses.replace(task, race=(RaceStage(1, 1e-6),), warmup=0), timeout_s=60)
     if verified:
         assert isinstance(result, Measurement) and result.max_error <= 1.0
-        assert len(result.timing.samples_ms) == RACE_LAUNCHES
+        assert len(result.timing.samples_ms) == 1
     else:
         assert isinstance(result, Failure) and result.failure_class == "wrong_answer"
