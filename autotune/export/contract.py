@@ -132,7 +132,9 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
     names = {key: value for key, value in space.values(config, gpu).items() if key not in ("gpu", "problem")}
     launch_text = tomllib.loads(space.source_text)["launch"]
     grid = tuple(specialize(str(launch_text[key]), names, gpu) for key in ("grid_x", "grid_y"))
-    k_tiles = specialize(K_TILES, {"BK": 1, "SPLIT_K": 1, **names}, gpu)
+    # A space file may say what a block runs through where it is not its share of one tile's k-tiles
+    # ([launch] k_tiles: a persistent kernel's blocks walk several tiles).
+    k_tiles = specialize(str(launch_text.get("k_tiles", K_TILES)), {"BK": 1, "SPLIT_K": 1, **names}, gpu)
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
                           dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
                           k_tiles=k_tiles)

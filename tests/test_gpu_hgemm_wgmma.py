@@ -1,0 +1,58 @@
+"""hgemm_wgmma's persistent kernels and setmaxnreg split verified on an H200 against cuBLAS: shapes of one tile
+per block and shapes where blocks walk several tiles, aligned (TMA) and not (element-wise copies), beta 0
+(C poisoned with NaN, never read) and beta 0.5."""
+
+import pytest
+
+from autotune.problem import GemmProblem
+from autotune.records import Measurement
+from autotune.space import load_space
+
+from test_gpu_kernels import _run_all
+
+pytestmark = pytest.mark.gpu
+
+# Shapes with fewer tiles than SMs (each block one tile) and with more, so that blocks walk 2-4 tiles and the
+# pipeline's stages wrap from one tile into the next: K of 1-9 k-tiles, N and K multiples of 8 or not.
+SHAPES = [
+    (1, 1, 1), (17, 33, 65), (200, 264, 72), (129, 4095, 7), (513, 511, 1025),
+    (2049, 2056, 136), (2049, 2050, 129), (4097, 1032, 520), (1000, 8200, 64), (3001, 3000, 8),
+]
+
+VARIANTS = [  # over the persistent 128x256 seed: each epilogue, wgmma depth, block order and tile width
+    {}, {"SMEM_EPILOGUE": 0}, {"WAIT_DEPTH": 0, "STAGES": 3}, {"WAIT_DEPTH": 2}, {"GROUP_M": 1},
+    {"SETMAXNREG": 0}, {"WN": 64, "STAGES": 8}, {"CLUSTER_N": 2, "WN": 128}, {"PERSISTENT": 0},
+]
+
+
+def _configs(space, gpu):
+    seeds = [seed for seed in space.seeds if seed["PERSISTENT"]]
+    base = seeds[0].as_dict()
+    configs = seeds + [space.config({**base, **change}) for change in VARIANTS]
+    for config in configs:
+        assert space.check(config, gpu).feasible, (config.name, space.check(config, gpu).reason)
+    return list(dict.fromkeys(configs))
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from autotune.worker import GpuWorker
+
+    with GpuWorker() as w:
+        yield w
+
+
+def test_persistent_and_setmaxnreg_configs_verify(worker):
+    from autotune.gpus import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    if gpu.arch != 90:
+        pytest.skip(f"wgmma needs sm_90a ({gpu.key} is sm_{gpu.arch})")
+    space = load_space("hgemm_wgmma")
+    configs = _configs(space, gpu)
+    problems = [GemmProblem(m, n, k, "f16", alpha=alpha, beta=beta) for (m, n, k) in SHAPES
+                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    outcomes = _run_all(worker, space, gpu, configs, problems)
+    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
+    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    assert len(outcomes) == len(configs) * len(problems)  # none skipped for its resources
