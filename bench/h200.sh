@@ -7,7 +7,8 @@
 #                                       limits each search to S seconds)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
-#   bench/h200.sh ratio DTYPE:SIZE...   the best config against cuBLAS, 10 rounds, which goes first alternating
+#   bench/h200.sh ratio DTYPE:SIZE[:CONFIG]...  the best config (or the config named) against cuBLAS, 10 rounds,
+#                                       which goes first alternating
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
@@ -73,8 +74,8 @@ while [ $# -gt 0 ]; do
         ratio) command=(python3 bench/ratio_repeat.py --rounds 10) ;;
         esac
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            IFS=: read -r dtype size <<< "$1"; shift
-            "${command[@]}" --shape "$size" --dtype "$dtype" --db "$DB" 2>&1 | tee "$OUT/${mode}_${dtype}_$size.log" || status=1
+            IFS=: read -r dtype size config <<< "$1"; shift
+            "${command[@]}" --shape "$size" --dtype "$dtype" ${config:+--config "$config"} --db "$DB" 2>&1 | tee "$OUT/${mode}_${dtype}_$size${config:+_$config}.log" || status=1
         done
         ;;
     import)

@@ -1,8 +1,11 @@
 """Time of the best recorded config against cuBLAS, alternated several times: how steady is the ratio?
 
     python3 bench/ratio_repeat.py --shape 1024 --dtype f16 --rounds 10 [--db URL]
+    python3 bench/ratio_repeat.py --shape 4096 --dtype f32 --config sgemm_bm128_bn256_bk8_...
 
-The config is chosen as by bench/energy_repeat.py. Each round times cuBLAS and the config
+The config is chosen as by bench/energy_repeat.py, or named by --config (a config name as a
+search prints it, of a shipped family; knobs the name lacks take their defaults, so names
+recorded before a knob existed still work). Each round times cuBLAS and the config
 through the GPU worker like a search's closing measurement (L2 flushed before every
 launch), cuBLAS first in odd rounds and the config first in even ones, so that neither
 always runs second. Prints each round's medians and ratio, then the ratio of the pooled
@@ -14,11 +17,21 @@ from __future__ import annotations
 import argparse
 import statistics
 
+import contextlib
+import re
+from collections.abc import Iterator
+
 from recorded import add_problem_arguments, best_recorded
 
+from autotune.compile import compile_kernel
+from autotune.errors import InputError
+from autotune.gpus import GPUS
+from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.study import pooled
-from autotune.worker import CublasTask
+from autotune.render import render
+from autotune.space import Config, SearchSpace, families_for_dtype, load_space
+from autotune.study import kernel_task, pooled
+from autotune.worker import CublasTask, GpuWorker
 
 
 def main() -> None:
@@ -26,8 +39,11 @@ def main() -> None:
     add_problem_arguments(parser, shape="1024", dtype="f16")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=100, help="timed launches per measurement")
+    parser.add_argument("--config", default=None, help="time this config (its name) instead of the best recorded one")
     args = parser.parse_args()
-    with best_recorded(args, warmup=10, repeats=args.repeats) as (worker, problem, config, task):
+    chosen = named_config(args, warmup=10, repeats=args.repeats) if args.config else \
+        best_recorded(args, warmup=10, repeats=args.repeats)
+    with chosen as (worker, problem, config, task):
         cublas_task = CublasTask(problem, 0, 10, args.repeats)
         rounds = []  # (cuBLAS first?, cuBLAS measurement, config measurement)
         for round_ in range(1, args.rounds + 1):
@@ -46,6 +62,43 @@ def main() -> None:
             same_order = [r for r in rounds if r[0] == first]
             if same_order:
                 print(f"  {label} first: pooled ratio {_ratio(problem, same_order):.3f}x over {len(same_order)} rounds")
+
+
+@contextlib.contextmanager
+def named_config(args, warmup: int, repeats: int) -> Iterator[tuple]:
+    """``(worker, problem, config, task)`` for the config named by ``args.config``, as
+    :func:`recorded.best_recorded` gives them for the best recorded one."""
+    problem = make_problem(args.shape, args.dtype)
+    try:
+        space, config = parse_config_name(args.config, families_for_dtype(problem.dtype))
+    except InputError as error:
+        raise SystemExit(str(error)) from None
+    with GpuWorker() as worker:
+        gpu = GPUS[worker.environment().gpu_key]
+        task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
+                           seed=0, warmup=warmup, repeats=repeats)
+        if isinstance(task, Failure):
+            raise SystemExit(f"{config.name}: {task.failure_class}: {task.message}")
+        print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
+        yield worker, problem, config, task
+
+
+def parse_config_name(name: str, families: list[str]) -> tuple[SearchSpace, Config]:
+    """The space and config of a config name (``family`` then ``knob`` + value per knob, in the space's
+    knob order); knobs with a default may be missing from the end of the name or between others."""
+    family = next((f for f in sorted(families, key=len, reverse=True) if name.startswith(f + "_")), None)
+    if family is None:
+        raise InputError("--config", name, "a config name of one of the families " + ", ".join(families))
+    space = load_space(family)
+    rest, values = name[len(family):], {}
+    for knob in space.knobs:
+        found = re.match(rf"_{knob.lower()}(\d+)", rest)
+        if found:
+            values[knob] = int(found.group(1))
+            rest = rest[found.end():]
+    if rest:
+        raise InputError("--config", name, f"{family}_ then knob and value for each of {', '.join(space.knobs)}")
+    return space, space.config(values)
 
 
 def _measure_pair(worker, cublas_task, kernel_task, cublas_first: bool, kernel_label: str):

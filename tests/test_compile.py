@@ -259,3 +259,63 @@ def test_small_m_tiles_compile_before_sm90_and_split_k_is_refused_there(gpu):
         compiled = compile_kernel(render(space, config, spec), spec.sm)
         assert not isinstance(compiled, CompileFailure), compiled.message
         assert compiled.resources.spill_stores == 0 and "__cluster_dims__" not in render(space, config, spec).code
+
+
+INNER_LOOP_VARIANTS = [  # over the public-design seed: each value of the inner-loop knobs, and their neighbours
+    ({"COPY_SPREAD": 0}, ("sm_80", "sm_90")),
+    ({"STAGES": 3}, ("sm_90",)),
+    ({"LANE_PAIRS": 0, "VEC": 4}, ("sm_90",)),
+    ({"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 2, "STAGES": 3, "LEAN_BUILD": 0}, ("sm_80", "sm_90")),
+    ({"BM": 16, "BN": 128, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 1, "VEC": 4, "SPLIT_K": 4, "STAGES": 3}, ("sm_90",)),
+]
+
+
+def test_inner_loop_knobs_compile_without_spills():
+    """cp.async with register prefetch (one barrier per tile, copies spread or not) and lanes in 2x2 groups build
+    for the archs that may run them, in registers; what NVRTC reports is printed (pytest -s)."""
+    space = load_space("sgemm")
+    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+    pairs_staged = next(s for s in space.seeds if s["LANE_PAIRS"] and not s["CP_ASYNC"])
+    configs = [(seed, ("sm_80", "sm_90")), (pairs_staged, ("sm_75", "sm_90"))]
+    configs += [(space.config({**seed.as_dict(), **changes}), archs) for changes, archs in INNER_LOOP_VARIANTS]
+    gpus = {"sm_75": gpu_spec("t4"), "sm_80": gpu_spec("a100"), "sm_90": gpu_spec("h200")}
+    for config, archs in configs:
+        for arch in archs:
+            spec = gpus[arch]
+            assert space.check(config, spec).feasible, (config.name, arch, space.check(config, spec).reason)
+            compiled = compile_kernel(render(space, config, spec), arch)
+            assert not isinstance(compiled, CompileFailure), compiled.message
+            res = compiled.resources
+            assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, arch, res)
+            print(f"{config.name} {arch}: {res.registers} registers")
+
+
+def _lane_layout(code: str, thr_m: int, thr_n: int) -> dict[int, tuple[int, int]]:
+    """(lane_m, lane_n) of each lane, evaluated from the kernel source's own definition of them."""
+    line = next(line for line in code.splitlines() if "const int lane_m =" in line)
+    lane_m, lane_n = (part.split("=", 1)[1].strip().rstrip(";")
+                      for part in line.strip().removeprefix("const int ").split(", lane_n"))
+    names = {"THR_M": thr_m, "THR_N": thr_n}
+    return {lane: (eval(lane_m.replace("/", "//"), {}, {**names, "lane": lane}),
+                   eval(lane_n.replace("/", "//").lstrip("= "), {}, {**names, "lane": lane})) for lane in range(32)}
+
+
+def test_lanes_in_pairs_share_fragment_addresses():
+    """With LANE_PAIRS a warp's lanes still cover its THR_M x THR_N grid once, lanes l and l^1 read the same
+    A fragment and lanes l and l^2 the same B fragment (the pairings that halve a 16-byte read's wavefronts);
+    without it the lanes run along N, as the recorded results were measured."""
+    space, h200 = load_space("sgemm"), gpu_spec("h200")
+    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+    for bm, bn, warps_m, lanes in ((128, 256, 2, (4, 8)), (256, 128, 8, (2, 16)), (256, 128, 2, (8, 4))):
+        config = space.config({**seed.as_dict(), "BM": bm, "BN": bn, "WARPS_M": warps_m})
+        verdict = space.check(config, h200)
+        thr_m, thr_n = verdict.values["THR_M"], verdict.values["THR_N"]
+        assert verdict.feasible and (thr_m, thr_n) == lanes
+        paired = _lane_layout(render(space, config, h200).code, thr_m, thr_n)
+        assert sorted(paired.values()) == [(m, n) for m in range(thr_m) for n in range(thr_n)]
+        assert all(paired[lane][0] == paired[lane ^ 1][0] and paired[lane][1] == paired[lane ^ 2][1]
+                   for lane in range(32)), (thr_m, thr_n)
+        rows = _lane_layout(render(space, space.config({**config.as_dict(), "LANE_PAIRS": 0}), h200).code,
+                            thr_m, thr_n)
+        assert rows == {lane: (lane // thr_n, lane % thr_n) for lane in range(32)}
+        assert not all(rows[lane][1] == rows[lane ^ 2][1] for lane in range(32))  # B reads: 4 wavefronts

@@ -108,7 +108,7 @@ def _small_m_configs(space, gpu):
         for bm in (16, 32, 64):
             group = [c for c in feasible if c["SPLIT_K"] == split and c["BM"] == bm]
             configs += rng.sample(group, min(2, len(group)))
-    for knob in ("STAGES", "CP_ASYNC", "PREFETCH", "SMEM_OPT_IN", "GROUP_M", "LEAN_BUILD"):
+    for knob in ("STAGES", "CP_ASYNC", "PREFETCH", "SMEM_OPT_IN", "GROUP_M", "LEAN_BUILD", "LANE_PAIRS", "COPY_SPREAD"):
         for value in space.knobs[knob]:
             split_with = [c for c in feasible if c["SPLIT_K"] > 1 and c[knob] == value]
             if split_with and not any(c["SPLIT_K"] > 1 and c[knob] == value for c in configs):
@@ -136,6 +136,36 @@ def test_split_k_and_small_m_configs_verify_at_llm_decode_shapes(worker):
     assert {c["BM"] for c in ran} >= {16, 32}
     if gpu.arch >= 90:
         assert {c["SPLIT_K"] for c in ran} == {1, 2, 4, 8}
+
+
+INNER_LOOP_VARIANTS = [  # over the public-design seed (cp.async with register prefetch, lanes in pairs, spread copies)
+    {}, {"COPY_SPREAD": 0}, {"STAGES": 3}, {"LANE_PAIRS": 0}, {"VEC": 4}, {"GROUP_M": 8},
+    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 2, "STAGES": 3, "LEAN_BUILD": 0},  # one build, any block
+    {"BM": 256, "BN": 128, "WARPS_M": 2},  # 8x4 lanes
+]
+
+
+def test_inner_loop_knobs_verify_at_odd_shapes(worker):
+    """cp.async with register prefetch and one barrier per tile, copies spread or not, lanes in 2x2 groups or
+    rows: every value against cuBLAS at shapes that are no tile multiples, with beta 0 (C poisoned) and 0.5."""
+    from autotune.gpus import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    space = load_space("sgemm")
+    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+    configs = [space.config({**seed.as_dict(), **changes}) for changes in INNER_LOOP_VARIANTS]
+    configs += [s for s in space.seeds if s["LANE_PAIRS"] and s is not seed]
+    configs = [c for c in configs if space.check(c, gpu).feasible]
+    if gpu.arch < 80:
+        pytest.skip("cp.async needs sm_80")
+    assert {c["COPY_SPREAD"] for c in configs} == {0, 1} and {c["LANE_PAIRS"] for c in configs} == {0, 1}
+    shapes = ODD_SHAPES + [(4096 + 8, 4096 + 24, 1024 + 4), (130, 300, 4099)]
+    problems = [GemmProblem(m, n, k, "f32", alpha=alpha, beta=beta) for (m, n, k) in shapes
+                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    outcomes = _run_all(worker, space, gpu, configs, problems)
+    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
+    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    assert len(outcomes) == len(configs) * len(problems)  # none skipped for its resources
 
 
 def test_wrong_kernel_is_caught(worker):

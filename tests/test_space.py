@@ -165,9 +165,9 @@ def test_bad_knob_values_name_the_choices(sgemm):
 
 
 def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
-    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1}
-    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in ("LEAN_BUILD", "SPLIT_K")}
-    assert sgemm.config(old)["LEAN_BUILD"] == 0 and sgemm.config(old)["SPLIT_K"] == 1
+    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1, "LANE_PAIRS": 0, "COPY_SPREAD": 0}
+    old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in sgemm.defaults}
+    assert {knob: sgemm.config(old)[knob] for knob in sgemm.defaults} == sgemm.defaults
     assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
     without = {knob: value for knob, value in old.items() if knob != "GROUP_M"}  # no default for GROUP_M
     with pytest.raises(InputError, match="a value for every knob"):
@@ -293,3 +293,55 @@ def test_a_family_named_on_the_command_line_is_a_name_or_a_path(tmp_path):
         resolve_family("my_space")  # neither shipped nor a path
     with pytest.raises(InputError, match="no such file"):
         resolve_family("./my_space")
+
+
+def _public_design(sgemm):
+    """The seed of the public 128x256x8 design: cp.async with register prefetch, lanes in 2x2 groups, spread copies."""
+    return next(s for s in sgemm.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+
+
+def test_register_prefetch_runs_with_cp_async_at_two_and_three_stages(sgemm):
+    seed = _public_design(sgemm)
+    assert (seed["BM"], seed["BN"], seed["BK"], seed["TM"], seed["TN"], seed["STAGES"]) == (128, 256, 8, 16, 8, 2)
+    assert sgemm.check(seed, H200).values["WARPS_N"] == 4 and sgemm.check(seed, H200).values["WTM"] == 64
+    assert sgemm.check(_with(sgemm, seed, STAGES=3), H200).feasible
+    assert sgemm.check(_with(sgemm, seed, COPY_SPREAD=0), H200).feasible
+    single = _with(sgemm, sgemm.seeds[0], STAGES=1, PREFETCH=1)
+    assert sgemm.check(single, H200).reason == "register prefetch is built for 2 or more stages (STAGES is 1)"
+
+
+def test_copy_spread_needs_cp_async_with_register_prefetch(sgemm):
+    seed = _public_design(sgemm)
+    reason = "spreading the copies over the k-steps is built for cp.async with register prefetch (CP_ASYNC {}, PREFETCH {})"
+    assert sgemm.check(_with(sgemm, seed, PREFETCH=0), H200).reason == reason.format(1, 0)
+    assert sgemm.check(_with(sgemm, seed, CP_ASYNC=0, VEC=4), H200).reason == reason.format(0, 1)
+    assert sgemm.check(_with(sgemm, seed, COPY_SPREAD=0, PREFETCH=0), H200).feasible
+    assert sgemm.check(seed, T4).reason == "cp.async needs sm_80 or newer (t4 is sm_75)"
+
+
+def test_lane_pairs_only_where_they_change_the_kernel(sgemm):
+    pairs = _with(sgemm, sgemm.seeds[0], LANE_PAIRS=1)  # 128x128, 8x8, 4 warps along M: 4x8 lanes
+    assert sgemm.check(pairs, T4).feasible and sgemm.check(pairs, H200).feasible
+    one_row = _with(sgemm, pairs, BM=64, BN=256, WARPS_M=8)  # warp tile 8x256: 1x32 lanes
+    assert sgemm.check(one_row, H200).reason == ("lanes in 2x2 groups change nothing in a warp of 1x32 lanes "
+                                                 "(same kernel as without)")
+    two_columns = _with(sgemm, pairs, BM=256, BN=32, WARPS_M=2)  # warp tile 128x16: 16x2 lanes
+    assert sgemm.check(two_columns, H200).reason.endswith("in a warp of 16x2 lanes (same kernel as without)")
+    assert sgemm.check(_with(sgemm, two_columns, LANE_PAIRS=0), H200).feasible
+
+
+def test_register_estimate_of_cp_async_with_prefetch(sgemm):
+    """Calibrated on ptxas for sm_90: a 16x8 micro-tile with register prefetch fits 12 copied chunks per thread
+    (the public design), not 36 (32x256x16 by 64 threads, 8-byte copies: 816 B of spills); 512 threads leave
+    128 registers, too few for a 16x4 micro-tile with both fragments twice."""
+    seed = _public_design(sgemm)
+    assert sgemm.check(seed, H200).feasible
+    narrow = _with(sgemm, seed, BM=32, BN=256, BK=16, WARPS_M=1, VEC=2)
+    assert sgemm.check(narrow, H200).reason == (
+        "a 16x8 micro-tile with register prefetch and 64 threads copying 32x16 and 16x256 tiles 2 floats at a time "
+        "with cp.async spills")
+    staged = sgemm.check(_with(sgemm, narrow, CP_ASYNC=0, COPY_SPREAD=0), H200).reason  # the older rules judge it
+    assert staged is None or "with cp.async spills" not in staged
+    wide = _with(sgemm, seed, BM=128, BN=256, BK=16, TM=16, TN=4, WARPS_M=4, VEC=4, SMEM_OPT_IN=1)
+    assert sgemm.check(wide, H200).values["THREADS"] == 512
+    assert "16x4 micro-tile with register prefetch and 512 threads" in sgemm.check(wide, H200).reason
