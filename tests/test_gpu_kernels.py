@@ -139,7 +139,7 @@ def test_split_k_and_small_m_configs_verify_at_llm_decode_shapes(worker):
 
 
 INNER_LOOP_VARIANTS = [  # over the public-design seed (cp.async with register prefetch, lanes in pairs, spread copies)
-    {}, {"COPY_SPREAD": 0}, {"STAGES": 3}, {"LANE_PAIRS": 0}, {"VEC": 4}, {"GROUP_M": 8},
+    {}, {"COPY_SPREAD": 0}, {"STAGES": 3}, {"LANE_PAIRS": 0}, {"VEC": 2}, {"GROUP_M": 8},
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 2, "STAGES": 3, "LEAN_BUILD": 0},  # one build, any block
     {"BM": 256, "BN": 128, "WARPS_M": 2},  # 8x4 lanes
 ]
@@ -152,7 +152,7 @@ def test_inner_loop_knobs_verify_at_odd_shapes(worker):
 
     gpu = GPUS[worker.environment().gpu_key]
     space = load_space("sgemm")
-    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["CP_ASYNC"])
     configs = [space.config({**seed.as_dict(), **changes}) for changes in INNER_LOOP_VARIANTS]
     configs += [s for s in space.seeds if s["LANE_PAIRS"] and s is not seed]
     configs = [c for c in configs if space.check(c, gpu).feasible]

@@ -297,7 +297,7 @@ def test_a_family_named_on_the_command_line_is_a_name_or_a_path(tmp_path):
 
 def _public_design(sgemm):
     """The seed of the public 128x256x8 design: cp.async with register prefetch, lanes in 2x2 groups, spread copies."""
-    return next(s for s in sgemm.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["VEC"] == 1)
+    return next(s for s in sgemm.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["CP_ASYNC"])
 
 
 def test_register_prefetch_runs_with_cp_async_at_two_and_three_stages(sgemm):
