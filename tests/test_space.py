@@ -331,14 +331,14 @@ def test_lane_pairs_only_where_they_change_the_kernel(sgemm):
 
 
 def test_register_estimate_of_cp_async_with_prefetch(sgemm):
-    """Calibrated on ptxas for sm_90: a 16x8 micro-tile with register prefetch fits 12 copied chunks per thread
-    (the public design), not 36 (32x256x16 by 64 threads, 8-byte copies: 816 B of spills); 512 threads leave
-    128 registers, too few for a 16x4 micro-tile with both fragments twice."""
+    """Calibrated on ptxas for sm_90: a 16x8 micro-tile with register prefetch fits the public design's copied
+    chunks per thread, not 18 (32x256x16 by 64 threads, 16-byte copies); 512 threads leave 128 registers, too
+    few for a 16x4 micro-tile with both fragments twice."""
     seed = _public_design(sgemm)
     assert sgemm.check(seed, H200).feasible
-    narrow = _with(sgemm, seed, BM=32, BN=256, BK=16, WARPS_M=1, VEC=2)
+    narrow = _with(sgemm, seed, BM=32, BN=256, BK=16, WARPS_M=1, VEC=4)
     assert sgemm.check(narrow, H200).reason == (
-        "a 16x8 micro-tile with register prefetch and 64 threads copying 32x16 and 16x256 tiles 2 floats at a time "
+        "a 16x8 micro-tile with register prefetch and 64 threads copying 32x16 and 16x256 tiles 4 floats at a time "
         "with cp.async spills")
     staged = sgemm.check(_with(sgemm, narrow, CP_ASYNC=0, COPY_SPREAD=0), H200).reason  # the older rules judge it
     assert staged is None or "with cp.async spills" not in staged
