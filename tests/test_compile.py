@@ -3,7 +3,7 @@
 import pytest
 
 from autotune.check import resource_violation
-from autotune.compile import CompileFailure, compile_kernel, parse_resources
+from autotune.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
 from autotune.gpus import gpu_spec
 from autotune.problem import make_problem
 from autotune.records import Resources
@@ -19,6 +19,13 @@ ptxas info    : Used 128 registers, used 1 barriers, 49152 bytes smem, 396 bytes
 """
 
 
+@pytest.fixture(scope="module")
+def pool():
+    """Compile processes for tests that build many kernels (one per core)."""
+    with CompilePool(2) as compile_pool:
+        yield compile_pool
+
+
 def test_parse_resources_reads_ptxas_report():
     r = parse_resources(LOG, dynamic_smem=1024)
     assert r == Resources(registers=128, smem_static=49152, smem_dynamic=1024, spill_stores=8, spill_loads=12,
@@ -27,15 +34,13 @@ def test_parse_resources_reads_ptxas_report():
 
 
 @pytest.mark.parametrize("gpu", ["t4", "a100", "h200"])
-def test_seeds_compile_without_spills_and_smem_matches_estimate(gpu):
+def test_seeds_compile_without_spills_and_smem_matches_estimate(gpu, pool):
     spec = gpu_spec(gpu)
     space = load_space("sgemm")
-    for seed in space.seeds:
-        if not space.check(seed, spec).feasible:
-            continue
-        source = render(space, seed, spec)
+    seeds = [seed for seed in space.seeds if space.check(seed, spec).feasible]
+    sources = [render(space, seed, spec) for seed in seeds]
+    for seed, source, compiled in zip(seeds, sources, pool.map(sources, spec.sm)):
         assert f"{seed.name}(" in source.code
-        compiled = compile_kernel(source, spec.sm)
         assert not isinstance(compiled, CompileFailure), compiled
         res = compiled.resources
         assert 32 < res.registers <= 255
@@ -135,7 +140,7 @@ def every_knob_value(space, spec, feasible, rng):
 
 @pytest.mark.parametrize("family, gpu", [("hgemm_wmma", "t4"), ("hgemm_wmma", "h200"), ("hgemm_mma", "a100"),
                                          ("hgemm_mma", "h200"), ("hgemm_wgmma", "h200")])
-def test_hgemm_spaces_compile_offline(family, gpu):
+def test_hgemm_spaces_compile_offline(family, gpu, pool):
     """The tensor-core families render and compile (headers from pip) for sm_75, sm_80, sm_90 and sm_90a,
     with every value of every knob that the GPU can run."""
     import random
@@ -144,8 +149,7 @@ def test_hgemm_spaces_compile_offline(family, gpu):
     feasible = feasible_configs(space, spec)
     configs = every_knob_value(space, spec, feasible, random.Random(1))
     assert {pair for config in configs for pair in config.params} == {pair for c in feasible for pair in c.params}
-    for config in configs:
-        compiled = compile_kernel(render(space, config, spec))
+    for config, compiled in zip(configs, pool.map(render(space, config, spec) for config in configs)):
         assert not isinstance(compiled, CompileFailure), compiled.message
         assert compiled.resources.registers > 0
         if not config["SMEM_OPT_IN"]:
@@ -270,7 +274,7 @@ INNER_LOOP_VARIANTS = [  # over the public-design seed: each value of the inner-
 ]
 
 
-def test_inner_loop_knobs_compile_without_spills():
+def test_inner_loop_knobs_compile_without_spills(pool):
     """cp.async with register prefetch (one barrier per tile, copies spread or not) and lanes in 2x2 groups build
     for the archs that may run them, in registers; what NVRTC reports is printed (pytest -s)."""
     space = load_space("sgemm")
@@ -279,15 +283,16 @@ def test_inner_loop_knobs_compile_without_spills():
     configs = [(seed, ("sm_80", "sm_90")), (pairs_staged, ("sm_75", "sm_90"))]
     configs += [(space.config({**seed.as_dict(), **changes}), archs) for changes, archs in INNER_LOOP_VARIANTS]
     gpus = {"sm_75": gpu_spec("t4"), "sm_80": gpu_spec("a100"), "sm_90": gpu_spec("h200")}
-    for config, archs in configs:
-        for arch in archs:
-            spec = gpus[arch]
-            assert space.check(config, spec).feasible, (config.name, arch, space.check(config, spec).reason)
-            compiled = compile_kernel(render(space, config, spec), arch)
-            assert not isinstance(compiled, CompileFailure), compiled.message
-            res = compiled.resources
-            assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, arch, res)
-            print(f"{config.name} {arch}: {res.registers} registers")
+    builds = [(config, arch) for config, archs in configs for arch in archs]
+    for config, arch in builds:
+        assert space.check(config, gpus[arch]).feasible, (config.name, arch, space.check(config, gpus[arch]).reason)
+    futures = [pool.submit(render(space, config, gpus[arch]), arch) for config, arch in builds]
+    for (config, arch), future in zip(builds, futures):
+        compiled = future.result()
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        res = compiled.resources
+        assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, arch, res)
+        print(f"{config.name} {arch}: {res.registers} registers")
 
 
 def _lane_layout(code: str, thr_m: int, thr_n: int) -> dict[int, tuple[int, int]]:
