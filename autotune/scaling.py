@@ -11,12 +11,13 @@ it; what it costs per unit of work stays about the same.
 The selection table uses this to choose among the kernels measured at the
 nearest tuned shape: the one whose time there, scaled by the change in its
 work, is least (:func:`fastest`). Families name their k-slice ``BK`` and their
-split ``SPLIT_K``; a family without one counts it as 1.
+split ``SPLIT_K`` (a family without one counts it as 1), or give a block's k-tiles
+themselves as ``[launch] k_tiles`` (a persistent kernel's blocks walk several tiles).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 Shape = tuple[int, int, int]
 K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, in space-file terms
@@ -24,11 +25,6 @@ K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def k_tiles(k: int, values: Mapping[str, object]) -> int:
-    """The k-tiles one block runs through at depth ``k``, for a config's knob and derived ``values``."""
-    return cdiv(cdiv(k, int(values.get("BK", 1))), int(values.get("SPLIT_K", 1)))  # type: ignore[arg-type]
 
 
 def busiest_sm_work(grid: Iterable[int], tiles: int, sms: int) -> int:

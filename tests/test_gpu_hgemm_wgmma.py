@@ -4,11 +4,9 @@ per block and shapes where blocks walk several tiles, aligned (TMA) and not (ele
 
 import pytest
 
-from autotune.problem import GemmProblem
-from autotune.records import Measurement
 from autotune.space import load_space
 
-from test_gpu_kernels import _run_all
+from test_gpu_kernels import _assert_verified, _both_betas, _run_all
 
 pytestmark = pytest.mark.gpu
 
@@ -50,9 +48,7 @@ def test_persistent_and_setmaxnreg_configs_verify(worker):
         pytest.skip(f"wgmma needs sm_90a ({gpu.key} is sm_{gpu.arch})")
     space = load_space("hgemm_wgmma")
     configs = _configs(space, gpu)
-    problems = [GemmProblem(m, n, k, "f16", alpha=alpha, beta=beta) for (m, n, k) in SHAPES
-                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    problems = _both_betas(SHAPES, "f16")
     outcomes = _run_all(worker, space, gpu, configs, problems)
-    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
-    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    _assert_verified(outcomes)
     assert len(outcomes) == len(configs) * len(problems)  # none skipped for its resources

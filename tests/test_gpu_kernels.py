@@ -69,6 +69,25 @@ def _run_all(worker, space, gpu, configs, problems):
     return outcomes
 
 
+def _assert_verified(outcomes):
+    """Every outcome a verified measurement; the first failures named."""
+    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
+    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+
+
+def _ran_at_every_problem(configs, problems, outcomes, turned_away=3):
+    """The configs that ran, each at every problem; at most ``turned_away`` were turned away for spilling."""
+    ran = [c for c in configs if any(name == c.name for name, *_ in outcomes)]
+    assert len(outcomes) == len(ran) * len(problems) and len(ran) >= len(configs) - turned_away
+    return ran
+
+
+def _both_betas(shapes, dtype):
+    """Each shape with beta 0 (C poisoned, must not be read) and with alpha -1.5, beta 0.5."""
+    return [GemmProblem(m, n, k, dtype, alpha=alpha, beta=beta) for (m, n, k) in shapes
+            for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+
+
 @pytest.mark.parametrize("family, dtype", [
     ("sgemm", "f32"), ("hgemm_wmma", "f16"), ("hgemm_mma", "f16"), ("hgemm_wgmma", "f16"),
     ("naive_f32", "f32"), ("tiled_f32", "f32"), ("coarse_f32", "f32"),
@@ -84,8 +103,7 @@ def test_sampled_configs_verify_at_odd_shapes(worker, family, dtype):
     problems = [GemmProblem(m, n, k, dtype) for (m, n, k) in ODD_SHAPES]
     problems.append(GemmProblem(300, 200, 100, dtype, alpha=-1.5, beta=0.75))
     outcomes = _run_all(worker, space, gpu, configs, problems)
-    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
-    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
+    _assert_verified(outcomes)
     assert len(outcomes) >= min(12, len(configs)) * len(problems)
 
 
@@ -126,13 +144,10 @@ def test_split_k_and_small_m_configs_verify_at_llm_decode_shapes(worker):
     assert {c["BM"] for c in configs} >= {16, 32}
     if gpu.arch >= 90:
         assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8}
-    problems = [GemmProblem(m, n, k, "f32", alpha=alpha, beta=beta) for (m, n, k) in SMALL_M_SHAPES
-                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    problems = _both_betas(SMALL_M_SHAPES, "f32")
     outcomes = _run_all(worker, space, gpu, configs, problems)
-    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
-    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
-    ran = [c for c in configs if any(name == c.name for name, *_ in outcomes)]  # a spilling config is turned away
-    assert len(outcomes) == len(ran) * len(problems) and len(ran) >= len(configs) - 3
+    _assert_verified(outcomes)
+    ran = _ran_at_every_problem(configs, problems, outcomes)
     assert {c["BM"] for c in ran} >= {16, 32}
     if gpu.arch >= 90:
         assert {c["SPLIT_K"] for c in ran} == {1, 2, 4, 8}
@@ -160,13 +175,10 @@ def test_inner_loop_knobs_verify_at_odd_shapes(worker):
         pytest.skip("cp.async needs sm_80")
     assert {c["COPY_SPREAD"] for c in configs} == {0, 1} and {c["LANE_PAIRS"] for c in configs} == {0, 1}
     shapes = ODD_SHAPES + [(4096 + 8, 4096 + 24, 1024 + 4), (130, 300, 4099)]
-    problems = [GemmProblem(m, n, k, "f32", alpha=alpha, beta=beta) for (m, n, k) in shapes
-                for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
+    problems = _both_betas(shapes, "f32")
     outcomes = _run_all(worker, space, gpu, configs, problems)
-    bad = [(name, shape, beta, o) for name, shape, beta, o in outcomes if not isinstance(o, Measurement)]
-    assert not bad, "\n".join(f"{n} {s} beta={b}: {o.failure_class}: {o.message}" for n, s, b, o in bad[:20])
-    ran = [c for c in configs if any(name == c.name for name, *_ in outcomes)]  # a spilling config is turned away
-    assert len(outcomes) == len(ran) * len(problems) and len(ran) >= len(configs) - 3
+    _assert_verified(outcomes)
+    ran = _ran_at_every_problem(configs, problems, outcomes)
     assert {c["COPY_SPREAD"] for c in ran} == {0, 1} and {c["LANE_PAIRS"] for c in ran} == {0, 1}
 
 
