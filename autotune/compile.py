@@ -46,6 +46,7 @@ class CompiledKernel:
     resources: Resources
     log: str
     seconds: float = 0.0  # spent compiling it (0 from the disk cache)
+    started: float = 0.0  # when the compile began, wall-clock (time.time())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class CompileFailure:
     message: str
     log: str
     seconds: float = 0.0  # spent compiling it
+    started: float = 0.0  # when the compile began, wall-clock (time.time())
 
 
 def _nvrtc():
@@ -134,7 +136,7 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         meta = json.loads(meta_path.read_text())
         return CompiledKernel(source.entry, arch, cubin_path.read_bytes(), Resources(**meta["resources"]), meta["log"])
 
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time()
     nvrtc = _nvrtc()
     program = nvrtc.createProgram(source.code, f"{source.entry}.cu", [], [])
     options = [f"--gpu-architecture={arch}", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
@@ -144,7 +146,7 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(program)
             first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
-            return CompileFailure(source.entry, first.strip(), log, time.perf_counter() - started)
+            return CompileFailure(source.entry, first.strip(), log, time.perf_counter() - started, began)
         log = nvrtc.getProgramLog(program)
         cubin = nvrtc.getCUBIN(program)
     finally:
@@ -157,8 +159,8 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
             resources = read_resources(cubin, source.entry)
         except (CompilerError, struct.error, ValueError, IndexError) as error:
             return CompileFailure(source.entry, f"no ptxas report and an unreadable cubin: {error}", log,
-                                  time.perf_counter() - started)
-    compiled = CompiledKernel(source.entry, arch, cubin, resources, log, time.perf_counter() - started)
+                                  time.perf_counter() - started, began)
+    compiled = CompiledKernel(source.entry, arch, cubin, resources, log, time.perf_counter() - started, began)
     if use_cache:
         _store(cubin_path, meta_path, compiled)
     return compiled

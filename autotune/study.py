@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -57,6 +58,7 @@ from autotune.render import render
 from autotune.sampler import Proposer
 from autotune.space import Config, SearchSpace
 from autotune.time_spent import TimeSpent
+from autotune.timeline import COMPILE, SEARCH, Timeline
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
@@ -158,6 +160,7 @@ class Search:
     compile pool the caller started early (and closes); by default the search makes its own.
     ``warm_start`` configs (e.g. the best of nearby tuned shapes) are tried before the space's
     seeds, each once; those the static rules reject for this problem are skipped.
+    ``timeline`` (optional) receives a span for each compile, GPU job and activity of the loop.
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class Search:
         on_environment: Callable[[Environment], None] = lambda env: None,
         pool: CompilePool | None = None,
         warm_start: Sequence[Config] = (),
+        timeline: Timeline | None = None,
     ):
         self.space, self.gpu, self.problem = space, gpu, problem
         self.pool = pool
@@ -186,7 +190,8 @@ class Search:
         self.failures: dict[str, int] = {}
         self.raced = 0
         self.compiled_any = False
-        self.spent = TimeSpent()
+        self.timeline = timeline
+        self.spent = TimeSpent(timeline)
         self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
         self._events: queue.Queue = queue.Queue()
         self._compiling: dict = {}  # compile future -> config
@@ -215,9 +220,10 @@ class Search:
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
         self._compile_seeds(pool)  # while the study opens and the GPU workers start
-        ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
-                             self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
-                             self.settings.grace_s, sampler=self.proposer.sampler)
+        with self._span(SEARCH, "open study"):
+            ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
+                                 self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
+                                 self.settings.grace_s, sampler=self.proposer.sampler)
         lanes: list[GpuLane] = []
         try:
             ledger.fail_stale()
@@ -320,6 +326,9 @@ class Search:
             return
         compiled = _compile_result(future)
         self.spent.add("compile", compiled.seconds)
+        if self.timeline is not None and compiled.seconds:
+            self.timeline.add(COMPILE, config.name, compiled.started, compiled.seconds,
+                              failed=isinstance(compiled, CompileFailure))
         if config.name in ledger.view().taken:
             return  # the study holds it already: a seed of a resumed search, or another process took it
         task = self._kernel_task(config, compiled)
@@ -384,7 +393,8 @@ class Search:
     def _reference_job(self, lane: GpuLane, worker) -> tuple[Measurement | Failure, EnergyWindow | Failure | None]:
         """cuBLAS timed on the lane's GPU (and metered on the first, for energy objectives). Lane thread."""
         task = CublasTask(self.problem, self.settings.seed, self.settings.warmup, self.settings.repeats)
-        result = worker.run(task, timeout_s=300.0)
+        with self._gpu_span(lane, "cuBLAS"):
+            result = worker.run(task, timeout_s=300.0)
         if isinstance(result, Failure):
             return result, None
         lane.cublas_ms = result.timing.median_ms
@@ -396,7 +406,8 @@ class Search:
         Runs in the lane's thread."""
         race = self._race()
         task = candidate.task if not race else dataclasses.replace(candidate.task, race=race, warmup=0)
-        outcome = worker.run(task, timeout_s=self._candidate_timeout(lane.cublas_ms))
+        with self._gpu_span(lane, candidate.config.name):
+            outcome = worker.run(task, timeout_s=self._candidate_timeout(lane.cublas_ms))
         window = None
         if isinstance(outcome, Measurement) and self.objective.uses_energy:
             with self._lock:
@@ -404,6 +415,13 @@ class Search:
             if wanted:
                 window = self._energy_window(worker, task)
         return task, outcome, window
+
+    def _span(self, track: str, name: str):
+        """The body as a span of the timeline, if there is one."""
+        return contextlib.nullcontext() if self.timeline is None else self.timeline.on(track, name)
+
+    def _gpu_span(self, lane: GpuLane, name: str):
+        return self._span(f"GPU {lane.device}", name)
 
     def _race(self) -> tuple[RaceStage, ...]:
         """The stages a candidate races through now: none before the first result, nor for energy objectives."""

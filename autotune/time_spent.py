@@ -13,11 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 
+from autotune.timeline import SEARCH, Timeline
+
 
 class TimeSpent:
-    """Seconds and occurrences per activity name; thread-safe."""
+    """Seconds and occurrences per activity name; thread-safe. With a ``timeline``, each
+    activity timed with :meth:`on` is also a span on its search row."""
 
-    def __init__(self):
+    def __init__(self, timeline: Timeline | None = None):
+        self.timeline = timeline
         self._seconds: collections.Counter[str] = collections.Counter()
         self._counts: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
@@ -30,11 +34,14 @@ class TimeSpent:
     @contextlib.contextmanager
     def on(self, activity: str) -> Iterator[None]:
         """Time the body as ``activity``."""
-        started = time.perf_counter()
+        started, began = time.perf_counter(), time.time()
         try:
             yield
         finally:
-            self.add(activity, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.add(activity, seconds)
+            if self.timeline is not None:
+                self.timeline.add(SEARCH, activity, began, seconds)
 
     def seconds(self, activity: str) -> float:
         with self._lock:

@@ -11,8 +11,11 @@ and the exit included).
     python3 bench/throughput.py --out DIR [CASE...]     CASE: DTYPE:SIZE:TRIALS:TARGET, e.g. f32:4096:100:8
 
 Writes DIR/throughput.json, DIR/throughput.csv, DIR/throughput_DTYPE_SIZE.log (the
-command's output) and DIR/throughput_DTYPE_SIZE.db (its results database). Exits 1 when
-a case misses its target rate or fails.
+command's output), DIR/throughput_DTYPE_SIZE.db (its results database) and
+DIR/throughput_DTYPE_SIZE.trace.json (its timeline, `search --trace`: open it in
+ui.perfetto.dev); the log ends with a profile of that timeline, second by second: how many
+compile processes were busy and how busy the GPU was. Exits 1 when a case misses its
+target rate or fails.
 """
 
 from __future__ import annotations
@@ -66,16 +69,18 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
     name = f"throughput_{dtype}_{size}"
     scratch = Path(tempfile.mkdtemp(prefix="autotune-throughput-"))
     cache, database = scratch / "cache", scratch / f"{name}.db"  # nothing compiled, nothing recorded yet
+    trace = out / f"{name}.trace.json"
     command = [sys.executable, "-m", "autotune", "search", "--gpu", gpu, "--shape", size, "--dtype", dtype,
                "--trials", trials, "--db", f"sqlite:///{database.resolve()}", "--backend", backend,
-               "--timeout", str(SEARCH_TIMEOUT_S)]
+               "--timeout", str(SEARCH_TIMEOUT_S), "--trace", str(trace.resolve())]
     if jobs:
         command += ["--jobs", str(jobs)]
     env = {**os.environ, "AUTOTUNE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
-    started = time.monotonic()
+    started, started_unix = time.monotonic(), time.time()
     exit_code, stdout, stderr, seen = _run_timed(command, env)
     wall_s = time.monotonic() - started
-    (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stderr}{stdout}")
+    profile = timeline_profile(trace, started_unix, wall_s) if trace.exists() else "no timeline written\n"
+    (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stderr}{stdout}\n{profile}")
     evaluated = _evaluated(database)
     if database.exists():
         shutil.copy(database, out / database.name)
@@ -93,6 +98,36 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
                    best.group(1) if best else None, int(counts.group(2)) if counts else None,
                    int(counts.group(1)) if counts else None, failures.group(1) if failures else "",
                    spent.group(1) if spent else "")
+
+
+def timeline_profile(trace: Path, started_unix: float, wall_s: float) -> str:
+    """Second by second from the command's start: compile processes busy (mean over the second) and
+    the GPU's busy share, from the search's timeline; then the totals."""
+    data = json.loads(trace.read_text())
+    rows = {e["tid"]: e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    shift = data["origin_unix_s"] - started_unix  # the trace's zero, seconds after the command started
+    spans = [(rows[e["tid"]], shift + e["ts"] / 1e6, shift + (e["ts"] + e["dur"]) / 1e6)
+             for e in data["traceEvents"] if e["ph"] == "X"]
+    seconds = int(wall_s) + 1
+
+    def busy(prefix: str) -> list[float]:
+        per_second = [0.0] * seconds
+        for track, start, end in spans:
+            if track.startswith(prefix):
+                for s in range(max(0, int(start)), min(seconds, int(end) + 1)):
+                    per_second[s] += max(0.0, min(end, s + 1) - max(start, s))
+        return per_second
+
+    compiles, gpu = busy("compile "), busy("GPU ")
+    compile_rows = sum(track.startswith("compile ") for track in set(rows.values()))
+    lines = ["timeline, second by second from the start: compile processes busy / GPU busy %"]
+    lines += [f"  {s:3d}-{s + 1:<3d} {c:5.1f} {100 * g:4.0f}%" for s, (c, g) in enumerate(zip(compiles, gpu))]
+    starts = [start for track, start, _ in spans if track.startswith("compile ")]
+    first_gpu = min((start for track, start, _ in spans if track.startswith("GPU ")), default=None)
+    lines.append(f"  compile processes used: {compile_rows}; compiling {sum(compiles):.1f} process-s over "
+                 f"{wall_s:.1f} s; first compile at {min(starts, default=0):.2f} s, first GPU job at "
+                 f"{first_gpu if first_gpu is None else round(first_gpu, 2)} s; GPU busy {sum(gpu):.1f} s")
+    return "\n".join(lines) + "\n"
 
 
 def _run_timed(command: list[str], env: dict) -> tuple[int, str, str, dict[str, float]]:

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import gc
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import (
@@ -25,6 +26,7 @@ from autotune.gpus import FAKE_SUFFIX, GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
+from autotune.timeline import SEARCH, Timeline
 
 if TYPE_CHECKING:
     from autotune.compile import CompilePool
@@ -50,11 +52,15 @@ def register(sub) -> None:
     search.add_argument("--objective", default="time",
                         help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
                              "or pareto (the time/energy front)")
+    search.add_argument("--trace", metavar="FILE",
+                        help="write the search's timeline to FILE: a Chrome trace (open it in ui.perfetto.dev) "
+                             "with a row for the search loop, each GPU and each compile process")
     add_backend_argument(search)
     search.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    timeline = Timeline() if args.trace else None
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
     if args.family:  # a bad --family fails before any process starts (naming a family costs no survey)
@@ -66,13 +72,19 @@ def run(args: argparse.Namespace) -> int:
     require_positive("--workers", args.workers)
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
+    if args.trace and not Path(args.trace).resolve().parent.is_dir():
+        raise InputError("--trace", args.trace, "a file in an existing folder")
     make_objective(args.objective)
     _leave_the_heap_to_the_os_at_exit()
 
+    spans = timeline or Timeline()  # the start-up's spans, kept only when asked for
     with contextlib.ExitStack() as stack:
-        workers, pool = _start_processes(args, stack)
-        space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
-        store = stack.enter_context(open_store(args.db))
+        with spans.on(SEARCH, "start processes"):
+            workers, pool = _start_processes(args, stack)
+        with spans.on(SEARCH, "choose family"):
+            space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
+        with spans.on(SEARCH, "open database"):
+            store = stack.enter_context(open_store(args.db))
         from autotune.study import Search, SearchSettings
 
         gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
@@ -93,11 +105,13 @@ def run(args: argparse.Namespace) -> int:
 
         progress = ProgressLine()
         search = Search(space, gpu, problem, store, workers, settings, on_progress=progress,
-                        on_environment=on_environment, pool=pool)
+                        on_environment=on_environment, pool=pool, timeline=timeline)
         try:
             result = search.run()
         finally:
             progress.finish()
+            if timeline is not None:
+                timeline.write(args.trace)
 
     _print_result(result, problem, store.shown_url)
     return 0
