@@ -194,8 +194,12 @@ class CompilePool:
     the pool, so that compiling on every core never delays the GPU worker.
     """
 
+    stops_unfinished = True  # close(wait=False) stops running compiles: a search may start more than it needs
+
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
+        self._running: dict[tuple[str, str | None], concurrent.futures.Future] = {}  # by source and arch
+        self._lock = threading.Lock()
         self._executor = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
             initializer=_set_up_compile_process, initargs=(os.getpid(),),
@@ -207,7 +211,21 @@ class CompilePool:
             self._executor.submit(nvrtc_version)
 
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
-        return self._executor.submit(compile_kernel, source, arch)
+        """Compile ``source`` in a pool process; a source already compiling gets that compile's future."""
+        key = (source.code, arch or source.target)
+        with self._lock:
+            running = self._running.get(key)
+            if running is not None and not running.cancelled():
+                return running
+            future = self._executor.submit(compile_kernel, source, arch)
+            self._running[key] = future
+        future.add_done_callback(lambda done: self._forget(key, done))
+        return future
+
+    def _forget(self, key: tuple[str, str | None], future: concurrent.futures.Future) -> None:
+        with self._lock:
+            if self._running.get(key) is future:
+                del self._running[key]
 
     def map(self, sources: Iterable[KernelSource],
             arch: str | None = None) -> Iterator[CompiledKernel | CompileFailure]:

@@ -64,8 +64,9 @@ from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argum
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
 RACE_MARGINS = ((1, 1.5), (3, 1.2), (10, 1.05))  # (timed launches, margin over the best): where a candidate stops
 LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
-READY_PER_LANE = 4  # compiled candidates waiting per GPU lane before compiling pauses
-BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left
+READY_PER_LANE = 4  # proposed candidates (not seeds) waiting per GPU lane before compiling pauses
+BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left, where
+                        # the pool cannot stop unfinished compiles (a sweep's, shared by its shapes)
 REFERENCE = "reference"  # the lane job that measures cuBLAS
 IDLE_POLL_S = 0.5  # how often a search with nothing in flight looks at other processes' slots
 LANE_SWITCH_S = 0.001  # the thread switch interval during a search (Python's default 5 ms would idle a GPU)
@@ -138,6 +139,7 @@ class _Candidate:
 
     config: Config
     task: KernelTask
+    seed: bool = False  # a seed or warm-start config (fixed in advance, not proposed from results)
     trial_id: int | None = None  # its slot in the study
 
 
@@ -161,6 +163,8 @@ class Search:
     ``warm_start`` configs (e.g. the best of nearby tuned shapes) are tried before the space's
     seeds, each once; those the static rules reject for this problem are skipped.
     ``timeline`` (optional) receives a span for each compile, GPU job and activity of the loop.
+    ``store`` is an open :class:`~autotune.db.ResultStore`, or a function that opens one: it is then
+    called once the seeds are compiling, so that opening a database never holds up the compiles.
     """
 
     def __init__(
@@ -168,7 +172,7 @@ class Search:
         space: SearchSpace,
         gpu: GpuSpec,
         problem: GemmProblem,
-        store: ResultStore,
+        store: ResultStore | Callable[[], ResultStore],
         worker: GpuWorker | Sequence[GpuWorker],
         settings: SearchSettings,
         on_progress: Callable[[Progress], None] = lambda progress: None,
@@ -179,7 +183,8 @@ class Search:
     ):
         self.space, self.gpu, self.problem = space, gpu, problem
         self.pool = pool
-        self.store, self.settings = store, settings
+        self._store = store
+        self.settings = settings
         self.workers = list(worker) if isinstance(worker, (list, tuple)) else [worker]
         self.on_progress, self.on_environment = on_progress, on_environment
         self.env: Environment | None = None
@@ -195,6 +200,7 @@ class Search:
         self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
         self._events: queue.Queue = queue.Queue()
         self._compiling: dict = {}  # compile future -> config
+        self._seed_names = {config.name for config in (*self.proposer.warm_start, *space.seeds)}
         self._ready: collections.deque[_Candidate] = collections.deque()
         self._exhausted = False  # the proposer found no feasible config left
         self._best: tuple[float, str] | None = None  # (ms, config name): racing's yardstick
@@ -202,6 +208,14 @@ class Search:
         self._cublas: Measurement | None = None
         self._cublas_window: EnergyWindow | None = None
         self._stale_checked = time.monotonic()  # when other processes' stale trials were last failed
+
+    @property
+    def store(self) -> ResultStore:
+        """The results database (opened here on first use when the search was given an opener)."""
+        if not isinstance(self._store, ResultStore):
+            with self._span(SEARCH, "open database"):
+                self._store = self._store()
+        return self._store
 
     # -- the run -------------------------------------------------------------------
 
@@ -281,10 +295,17 @@ class Search:
     # -- compiling ahead -------------------------------------------------------------
 
     def _compile_ahead(self, ledger: StudyLedger, view: StudyView, pool: CompilePool, lanes: int) -> None:
-        """Keep every compile process busy while compiled candidates are few and the budget has room."""
+        """Keep every compile process busy while the budget has room.
+
+        Compiling pauses while READY_PER_LANE proposed candidates per lane wait for a GPU: more
+        would be proposed from older results. Seeds (and warm-start configs) are fixed in advance,
+        so a backlog of them never pauses it. Near the end of the budget every process keeps
+        compiling where the pool can stop them unfinished (the first to finish fill the budget);
+        a pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
         left = self.settings.trials - view.held
-        in_flight = math.ceil(left * BUDGET_OVERSHOOT)
-        while (not self._exhausted and len(self._compiling) < pool.jobs and len(self._ready) < READY_PER_LANE * lanes
+        in_flight = math.inf if pool.stops_unfinished else math.ceil(left * BUDGET_OVERSHOOT)
+        while (not self._exhausted and len(self._compiling) < pool.jobs and len(self._ready) < left
+               and self._proposed_waiting() < READY_PER_LANE * lanes
                and len(self._compiling) + len(self._ready) < in_flight):
             local = [*self._compiling.values(), *(candidate.config for candidate in self._ready)]
             taken = view.taken | {config.name for config in local}
@@ -294,6 +315,10 @@ class Search:
                 self._exhausted = True
                 return
             self._submit(pool, config)
+
+    def _proposed_waiting(self) -> int:
+        """Compiled candidates waiting for a GPU that are not seeds."""
+        return sum(not candidate.seed for candidate in self._ready)
 
     def _compile_seeds(self, pool: CompilePool) -> None:
         """Start compiling, before the study is read, what the proposer gives first whatever the study
@@ -336,7 +361,7 @@ class Search:
             with self.spent.on("record"):
                 self._record_compile_failure(ledger, config, task)
         else:
-            self._ready.append(_Candidate(config, task))
+            self._ready.append(_Candidate(config, task, seed=config.name in self._seed_names))
         self._check_template_compiles(compiled)
 
     def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:

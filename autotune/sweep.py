@@ -357,6 +357,8 @@ class _SearchPool:
     """The sweep's compile pool as one shape's search sees it: closing it cancels that search's
     compiles not started yet, and leaves the pool running for the next shape."""
 
+    stops_unfinished = False  # compiles running at a search's end finish, delaying the next shape's
+
     def __init__(self, pool: CompilePool):
         self._pool = pool
         self._futures: list[concurrent.futures.Future] = []

@@ -1,7 +1,9 @@
 """Search throughput: GPU evaluations per wall-clock second of a whole `autotune search` command.
 
-Each case runs `python -m autotune search` from a cold start: a fresh compile cache
-(a new, empty AUTOTUNE_CACHE) and a fresh results database, both in a new temporary
+Each case runs `python -m autotune search` from a cold start: fresh compile caches
+(a new, empty AUTOTUNE_CACHE, and a new CUDA_CACHE_PATH: NVRTC from CUDA 12.9 on keeps
+its own cache of compiled programs there, in the driver's compute cache, where a
+driver is installed) and a fresh results database, all in a new temporary
 directory (local disk, as ~/.cache and ~/.local/share would be; the database is copied
 to the output folder afterwards), verification and timing as in any search. The figure
 is the GPU evaluations in the study over the wall time of the command, start to exit
@@ -75,7 +77,7 @@ def run_case(case: str, out: Path, gpu: str, backend: str, jobs: int | None) -> 
                "--timeout", str(SEARCH_TIMEOUT_S), "--trace", str(trace.resolve())]
     if jobs:
         command += ["--jobs", str(jobs)]
-    env = {**os.environ, "AUTOTUNE_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "AUTOTUNE_CACHE": str(cache), "CUDA_CACHE_PATH": str(scratch / "nv"), "PYTHONUNBUFFERED": "1"}
     started, started_unix = time.monotonic(), time.time()
     exit_code, stdout, stderr, seen = _run_timed(command, env)
     wall_s = time.monotonic() - started

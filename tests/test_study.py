@@ -170,6 +170,8 @@ def compile_for_a_minute(source, arch=None):
 class PoolSlowAfter:
     """A compile pool whose first ``fast`` compiles are real and every later one takes a minute."""
 
+    stops_unfinished = True
+
     def __init__(self, jobs: int, fast: int):
         from autotune.compile import CompilePool
 
@@ -235,3 +237,52 @@ def test_the_seeds_compile_while_the_study_opens(tmp_path, worker, monkeypatch):
     assert compiling_when_opened == [[seed.name for seed in space.seeds[:2]]]  # as many as there are processes
     evaluated = {t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t)}
     assert evaluated == {seed.name for seed in space.seeds[:2]}  # and they are the first evaluated
+
+
+def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
+    space = SearchSpace(TINY)
+    compiling_when_opened = []
+
+    def open_store():
+        compiling_when_opened.append([config.name for config in search._compiling.values()])
+        return ResultStore(f"sqlite:///{tmp_path}/r.db")
+
+    search = Search(space, gpu_spec("h200"), GemmProblem(64, 64, 64), open_store, worker,
+                    SearchSettings(trials=2, jobs=2, seed=1))
+    result = search.run()
+    assert compiling_when_opened == [[seed.name for seed in space.seeds[:2]]]
+    assert result.evaluated == 2 and search.store.url.endswith("r.db")
+
+
+class SlowWorker(RecordingWorker):
+    """A GPU that takes 0.3 s per candidate: compiles get ahead of it."""
+
+    def run(self, task, timeout_s):
+        import time
+
+        if type(task).__name__ == "KernelTask":
+            time.sleep(0.3)
+        return super().run(task, timeout_s)
+
+
+class BacklogSearch(Search):
+    """Notes, at each compile it starts, the candidates waiting for the GPU: all, and those not seeds."""
+
+    def _submit(self, pool, config):
+        self.backlog.append((len(self._ready), self._proposed_waiting()))
+        super()._submit(pool, config)
+
+
+def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
+    from autotune.study import READY_PER_LANE
+
+    space = SearchSpace(TINY)
+    warm = [config for config in space if config not in space.seeds][:8]  # seeds too, given in advance
+    search = BacklogSearch(space, gpu_spec("h200"), GemmProblem(64, 64, 64),
+                           ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
+                           SearchSettings(trials=24, jobs=2, seed=1), warm_start=warm)
+    search.backlog = []
+    result = search.run()
+    assert result.evaluated == 24
+    assert max(total for total, _ in search.backlog) > READY_PER_LANE  # seeds piled up; compiling went on
+    assert all(proposed < READY_PER_LANE for _, proposed in search.backlog)  # proposals never did

@@ -6,6 +6,7 @@ import argparse
 import atexit
 import contextlib
 import dataclasses
+import functools
 import gc
 import sys
 from pathlib import Path
@@ -83,14 +84,12 @@ def run(args: argparse.Namespace) -> int:
             workers, pool = _start_processes(args, stack)
         with spans.on(SEARCH, "choose family"):
             space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
-        with spans.on(SEARCH, "open database"):
-            store = stack.enter_context(open_store(args.db))
+        if space is not None:
+            _compile_seeds_now(pool, space, _search_gpu(requested, args), problem, args.trials)
         from autotune.study import Search, SearchSettings
 
-        gpu = requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
-                                             workers[0].device_properties())
-        if args.backend == "fake":  # its study, like its results, is kept apart from the real GPU's
-            gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
+        gpu = _search_gpu(requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
+                                                         workers[0].device_properties()), args)
         if space is None:
             space = family_space(args, gpu)
         settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
@@ -104,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
                   f"device{'s' if len(workers) > 1 else ''} {devices}", file=sys.stderr)
 
         progress = ProgressLine()
+        store = functools.partial(_open_store, args.db, stack)  # opened once the seeds compile
         search = Search(space, gpu, problem, store, workers, settings, on_progress=progress,
                         on_environment=on_environment, pool=pool, timeline=timeline)
         try:
@@ -113,14 +113,35 @@ def run(args: argparse.Namespace) -> int:
             if timeline is not None:
                 timeline.write(args.trace)
 
-    _print_result(result, problem, store.shown_url)
+    _print_result(result, problem, search.store.shown_url)
     return 0
+
+
+def _search_gpu(gpu, args: argparse.Namespace):
+    """The GPU model the search records: the fake backend's is kept apart from the real GPU's."""
+    if args.backend == "fake":
+        return dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
+    return gpu
+
+
+def _compile_seeds_now(pool: CompilePool, space, gpu, problem: GemmProblem, trials: int) -> None:
+    """Start compiling the seeds the search tries first, while the search's own modules load: the
+    search submits the same sources and the pool hands it these compiles."""
+    from autotune.render import render
+
+    seeds = [seed for seed in space.seeds if space.check(seed, gpu, problem).feasible]
+    for seed in seeds[:min(pool.jobs, trials)]:
+        pool.submit(render(space, seed, gpu))
+
+
+def _open_store(url: str | None, stack: contextlib.ExitStack):
+    return stack.enter_context(open_store(url))
 
 
 def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[list[GpuWorker], CompilePool]:
     """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
     CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
-    process chooses the family and opens the database."""
+    process chooses the family and the search starts."""
     from autotune.compile import CompilePool
     from autotune.worker import GpuWorker
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cover import MAX_KERNELS
 from autotune.errors import InputError
 from autotune.gpus import GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
 from autotune.report import table as text_table
-from autotune.select import MAX_KERNELS, HeldOut, Results, SelectionTable
 from autotune.shapes import SHAPE_SETS
+
+if TYPE_CHECKING:  # autotune.select loads the database layer: only the commands that build a table need it
+    from autotune.select import HeldOut, Results, SelectionTable
 
 LEAVE_ONE_OUT = "leave-one-out"
 
