@@ -326,7 +326,8 @@ def run_on_gpu(builds: list[Build], problem: GemmProblem, rounds: int, repeats: 
                 **verified_launches(builds, problem, operands, stream)}
     if len(launches) == 1:
         raise AutotuneError("no build verified: nothing to time")
-    print(f"timing: {rounds} rounds of {WARMUP} warm-up and {repeats} timed launches each, L2 flushed before each")
+    print(f"timing: {rounds} rounds of {WARMUP} warm-up and {repeats} timed launches each, L2 flushed before each; "
+          f"the order is balanced over every {len(balanced_orders(len(launches)))} rounds")
     print_table(builds, timed_rounds(launches, rounds, repeats))
 
 
