@@ -9,6 +9,10 @@
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh ratio DTYPE:SIZE[:CONFIG]...  the best config (or the config named) against cuBLAS, 10 rounds,
 #                                       which goes first alternating
+#   bench/h200.sh compilers [CONFIG...]  the public 128x256x8 SGEMM (a salykova/sgemm.cu checkout in PUBLIC_SGEMM,
+#                                       default .sgemm.cu; skipped with a message where there is none) and sgemm configs
+#                                       (default: the 4096 best), each built by NVRTC and by nvcc, verified and timed
+#                                       against cuBLAS at 4096 in 10 rounds (bench/sgemm_compilers.py)
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
@@ -141,13 +145,27 @@ while [ $# -gt 0 ]; do
         fi
         python3 bench/shared_study.py --out "$OUT" --devices "$devices" ${SHARED_TRIALS:+--trials "$SHARED_TRIALS"} 2>&1 | tee "$OUT/shared_study.txt" || status=1
         ;;
+    compilers)
+        sources=()
+        while [ $# -gt 0 ] && [[ $1 == sgemm_* ]]; do sources+=(--config "$1"); shift; done
+        [ ${#sources[@]} -gt 0 ] || sources=(--config sgemm_bm256_bn128_bk8_split_k1_tm16_tn8_warps_m8_pad_a0_pad_b0_vec4_stages2_cp_async0_smem_opt_in0_prefetch0_group_m1_lean_build1_lane_pairs0_copy_spread0)
+        public=${PUBLIC_SGEMM:-.sgemm.cu}
+        {
+            if [ -f "$public/src/kernels/128x256x8.cuh" ]; then
+                sources+=(--public "$public")
+            else
+                echo "compilers: no salykova/sgemm.cu checkout in $public (PUBLIC_SGEMM=DIR names one): the public kernel is skipped"
+            fi
+            python3 bench/sgemm_compilers.py --shape 4096 --rounds 10 "${sources[@]}"
+        } 2>&1 | tee "$OUT/compilers.log" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], mismatch" >&2; exit 2
         ;;
     esac
 done
