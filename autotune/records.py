@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy
-
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
@@ -34,6 +32,8 @@ class Timing:
     @classmethod
     def from_samples(cls, samples_ms: list[float]) -> Timing:
         """Median, extremes and quartiles of per-launch times in milliseconds."""
+        import numpy  # here, not at the top: compile processes load this module and need no numpy
+
         q25, median, q75 = (float(x) for x in numpy.percentile(samples_ms, [25, 50, 75]))
         return cls(median, float(min(samples_ms)), float(max(samples_ms)), q25, q75,
                    tuple(float(x) for x in samples_ms))

@@ -12,7 +12,7 @@
 #   bench/h200.sh compilers [CONFIG...]  the public 128x256x8 SGEMM (a salykova/sgemm.cu checkout in PUBLIC_SGEMM,
 #                                       default .sgemm.cu; skipped with a message where there is none) and sgemm configs
 #                                       (default: the 4096 best), each built by NVRTC and by nvcc, verified and timed
-#                                       against cuBLAS at 4096 in 10 rounds (bench/sgemm_compilers.py)
+#                                       against cuBLAS at 4096 in COMPILERS_ROUNDS rounds (default 14; bench/sgemm_compilers.py)
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
@@ -156,7 +156,7 @@ while [ $# -gt 0 ]; do
             else
                 echo "compilers: no salykova/sgemm.cu checkout in $public (PUBLIC_SGEMM=DIR names one): the public kernel is skipped"
             fi
-            python3 bench/sgemm_compilers.py --shape 4096 --rounds 10 "${sources[@]}"
+            python3 bench/sgemm_compilers.py --shape 4096 --rounds "${COMPILERS_ROUNDS:-14}" "${sources[@]}"
         } 2>&1 | tee "$OUT/compilers.log" || status=1
         ;;
     mismatch)
