@@ -157,6 +157,9 @@ INNER_LOOP_VARIANTS = [  # over the public-design seed (cp.async with register p
     {}, {"COPY_SPREAD": 0}, {"STAGES": 3}, {"LANE_PAIRS": 0}, {"VEC": 2}, {"GROUP_M": 8},
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 2, "STAGES": 3, "LEAN_BUILD": 0},  # one build, any block
     {"BM": 256, "BN": 128, "WARPS_M": 2},  # 8x4 lanes
+    # the lean build's copies from pointers, its partial k-tile first
+    {"COPY_PTRS": 1}, {"COPY_PTRS": 1, "COPY_SPREAD": 0}, {"COPY_PTRS": 1, "VEC": 1, "COPY_SPREAD": 0},
+    {"COPY_PTRS": 1, "STAGES": 3, "VEC": 1}, {"COPY_PTRS": 1, "BM": 256, "BN": 128, "WARPS_M": 2, "VEC": 2},
 ]
 
 
@@ -174,12 +177,15 @@ def test_inner_loop_knobs_verify_at_odd_shapes(worker):
     if gpu.arch < 80:
         pytest.skip("cp.async needs sm_80")
     assert {c["COPY_SPREAD"] for c in configs} == {0, 1} and {c["LANE_PAIRS"] for c in configs} == {0, 1}
-    shapes = ODD_SHAPES + [(4096 + 8, 4096 + 24, 1024 + 4), (130, 300, 4099)]
+    assert {c["COPY_PTRS"] for c in configs} == {0, 1}
+    # interior blocks whose first k-tile is partial (K 1028, 4099, 5) or whole (K 24)
+    shapes = ODD_SHAPES + [(4096 + 8, 4096 + 24, 1024 + 4), (130, 300, 4099), (256, 512, 5), (384, 768, 24)]
     problems = _both_betas(shapes, "f32")
     outcomes = _run_all(worker, space, gpu, configs, problems)
     _assert_verified(outcomes)
     ran = _ran_at_every_problem(configs, problems, outcomes)
     assert {c["COPY_SPREAD"] for c in ran} == {0, 1} and {c["LANE_PAIRS"] for c in ran} == {0, 1}
+    assert {c["COPY_PTRS"] for c in ran} == {0, 1}
 
 
 def test_wrong_kernel_is_caught(worker):

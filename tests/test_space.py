@@ -165,7 +165,7 @@ def test_bad_knob_values_name_the_choices(sgemm):
 
 
 def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
-    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1, "LANE_PAIRS": 0, "COPY_SPREAD": 0}
+    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1, "LANE_PAIRS": 0, "COPY_SPREAD": 0, "COPY_PTRS": 0}
     old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in sgemm.defaults}
     assert {knob: sgemm.config(old)[knob] for knob in sgemm.defaults} == sgemm.defaults
     assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
