@@ -1,6 +1,6 @@
 """Which config a search tries next: the space's seeds, then random feasible configs, then TPE.
 
-Most combinations of a GEMM space break a static rule (86% of sgemm's at 4096 on
+Most combinations of a GEMM space break a static rule (99% of sgemm's at 4096 on
 an H200), and a sampler asked through an Optuna study turns each proposal into a
 stored trial, rejected or not. Here no rejected config is ever a trial:
 
