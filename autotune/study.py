@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import math
@@ -58,7 +57,7 @@ from autotune.render import render
 from autotune.sampler import Proposer
 from autotune.space import Config, SearchSpace
 from autotune.time_spent import TimeSpent
-from autotune.timeline import COMPILE, SEARCH, Timeline
+from autotune.timeline import COMPILE, SEARCH, Timeline, span
 from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argument_bytes
 
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
@@ -213,7 +212,7 @@ class Search:
     def store(self) -> ResultStore:
         """The results database (opened here on first use when the search was given an opener)."""
         if not isinstance(self._store, ResultStore):
-            with self._span(SEARCH, "open database"):
+            with span(self.timeline, SEARCH, "open database"):
                 self._store = self._store()
         return self._store
 
@@ -234,7 +233,7 @@ class Search:
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
         self._compile_seeds(pool)  # while the study opens and the GPU workers start
-        with self._span(SEARCH, "open study"):
+        with span(self.timeline, SEARCH, "open study"):
             ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
                                  self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
                                  self.settings.grace_s, sampler=self.proposer.sampler)
@@ -441,12 +440,8 @@ class Search:
                 window = self._energy_window(worker, task)
         return task, outcome, window
 
-    def _span(self, track: str, name: str):
-        """The body as a span of the timeline, if there is one."""
-        return contextlib.nullcontext() if self.timeline is None else self.timeline.on(track, name)
-
     def _gpu_span(self, lane: GpuLane, name: str):
-        return self._span(f"GPU {lane.device}", name)
+        return span(self.timeline, f"GPU {lane.device}", name)
 
     def _race(self) -> tuple[RaceStage, ...]:
         """The stages a candidate races through now: none before the first result, nor for energy objectives."""

@@ -84,6 +84,11 @@ class Timeline:
         tmp.replace(path)
 
 
+def span(timeline: Timeline | None, track: str, name: str):
+    """The body as a span of ``timeline``; nothing where there is none."""
+    return contextlib.nullcontext() if timeline is None else timeline.on(track, name)
+
+
 def _pack_compiles(spans: list[Span]) -> list[Span]:
     """Spans on the COMPILE track, each moved to the first row "compile N" free at its start
     (one row per compile process busy at once); other spans unchanged. ``spans`` by start."""

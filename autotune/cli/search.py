@@ -27,7 +27,7 @@ from autotune.gpus import FAKE_SUFFIX, GPUS
 from autotune.objective import make_objective
 from autotune.problem import GemmProblem, make_problem
 from autotune.report import ProgressLine, ratio_text, table
-from autotune.timeline import SEARCH, Timeline
+from autotune.timeline import SEARCH, Timeline, span
 
 if TYPE_CHECKING:
     from autotune.compile import CompilePool
@@ -78,11 +78,10 @@ def run(args: argparse.Namespace) -> int:
     make_objective(args.objective)
     _leave_the_heap_to_the_os_at_exit()
 
-    spans = timeline or Timeline()  # the start-up's spans, kept only when asked for
     with contextlib.ExitStack() as stack:
-        with spans.on(SEARCH, "start processes"):
+        with span(timeline, SEARCH, "start processes"):
             workers, pool = _start_processes(args, stack)
-        with spans.on(SEARCH, "choose family"):
+        with span(timeline, SEARCH, "choose family"):
             space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
         if space is not None:
             _compile_seeds_now(pool, space, _search_gpu(requested, args), problem, args.trials)
