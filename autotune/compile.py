@@ -1,7 +1,7 @@
 """Compile kernel source to a cubin with NVRTC for a named arch; no GPU needed.
 
-NVRTC comes from pip (``nvidia-cuda-nvrtc``) through CuPy's low-level bindings,
-which work with no driver. ptxas's verbose report gives registers, shared
+NVRTC comes from pip (``nvidia-cuda-nvrtc``), called through :mod:`autotune.nvrtc`;
+it works with no driver. ptxas's verbose report gives registers, shared
 memory, stack frame and spills. Cubins (SASS for the exact arch, never PTX)
 are cached on disk by source hash, arch, NVRTC version and options.
 """
@@ -24,10 +24,11 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from autotune import nvrtc
 from autotune.cubin import read_resources
 from autotune.errors import CompilerError
 from autotune.records import Resources
-from autotune.render import KernelSource
+from autotune.source import KernelSource
 
 OPTIONS = ("-std=c++17", "--ptxas-options=-v")
 
@@ -60,21 +61,10 @@ class CompileFailure:
     started: float = 0.0  # when the compile began, wall-clock (time.time())
 
 
-def _nvrtc():
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-    except ImportError as error:  # cupy missing or without its NVRTC bindings
-        raise CompilerError(f"NVRTC is not available ({error}); install autotune's dependencies") from None
-    return nvrtc
-
-
 @functools.cache
 def nvrtc_version() -> str:
     """The NVRTC version as ``"13.0"``; raises CompilerError when NVRTC cannot be loaded."""
-    try:
-        major, minor = _nvrtc().getVersion()
-    except Exception as error:  # the shared library failed to load
-        raise CompilerError(f"cannot load NVRTC: {error}; install nvidia-cuda-nvrtc") from None
+    major, minor = nvrtc.version()
     return f"{major}.{minor}"
 
 
@@ -137,20 +127,12 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
         return CompiledKernel(source.entry, arch, cubin_path.read_bytes(), Resources(**meta["resources"]), meta["log"])
 
     started, began = time.perf_counter(), time.time()
-    nvrtc = _nvrtc()
-    program = nvrtc.createProgram(source.code, f"{source.entry}.cu", [], [])
     options = [f"--gpu-architecture={arch}", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
-    try:
-        try:
-            nvrtc.compileProgram(program, options)
-        except nvrtc.NVRTCError:
-            log = nvrtc.getProgramLog(program)
-            first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
-            return CompileFailure(source.entry, first.strip(), log, time.perf_counter() - started, began)
-        log = nvrtc.getProgramLog(program)
-        cubin = nvrtc.getCUBIN(program)
-    finally:
-        nvrtc.destroyProgram(program)
+    output = nvrtc.compile_program(source.code, f"{source.entry}.cu", options)
+    log, cubin = output.log, output.cubin
+    if cubin is None:
+        first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
+        return CompileFailure(source.entry, first.strip(), log, time.perf_counter() - started, began)
 
     try:
         resources = parse_resources(log)

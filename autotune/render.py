@@ -8,7 +8,6 @@ of strings and lists bounded.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 from pathlib import Path
@@ -18,21 +17,11 @@ import jinja2.sandbox
 
 from autotune.errors import SpaceError
 from autotune.gpus import GpuSpec
+from autotune.source import KernelSource
 from autotune.space import Config, SearchSpace, inside_folder
 
 MAX_POWER_BITS = 4096  # the largest result of ** in a template
 MAX_REPEAT = 1 << 20  # the longest string or list ``*`` may make
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSource:
-    """CUDA source for one config; ``entry`` is its ``extern "C"`` symbol, ``target`` the NVRTC
-    target it is meant for (``sm_90``, ``sm_90a``; empty when the compiler is told)."""
-
-    entry: str
-    code: str
-    template_hash: str
-    target: str = ""
 
 
 class _FolderLoader(jinja2.BaseLoader):

@@ -69,6 +69,28 @@ def test_compile_error_is_reported_not_raised():
     assert "error" in result.message
 
 
+COMPILE_IN_A_FRESH_PROCESS = """
+import sys
+from autotune.compile import compile_kernel
+from autotune.source import KernelSource
+compiled = compile_kernel(KernelSource("k", 'extern "C" __global__ void k(float *x) { x[threadIdx.x] = 1.0f; }', "h"),
+                          "sm_90", use_cache=False)
+print(compiled.resources.registers > 0, sorted({name.split(".")[0] for name in sys.modules} & {"numpy", "cupy", "jinja2"}))
+"""
+
+
+def test_a_compile_process_loads_nvrtc_alone_not_cupy_numpy_or_jinja():
+    """Each compile process of a search starts on its own: CuPy, NumPy and Jinja would cost it a
+    third of a second or more before its first compile."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", COMPILE_IN_A_FRESH_PROCESS], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "[]"]
+
+
 def test_cache_returns_the_same_cubin(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     space, spec = load_space("sgemm"), gpu_spec("h200")
