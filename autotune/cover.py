@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Mapping
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from autotune.errors import InputError
+
+if TYPE_CHECKING:  # numpy loads when a cover is chosen: the command line reads MAX_KERNELS at every start
+    import numpy as np
 
 MAX_KERNELS = 16
 DECIMALS = 9  # log-score sums are compared rounded, so float noise cannot break a tie differently
@@ -57,6 +59,8 @@ def choose(times: Mapping[Hashable, Mapping[str, float]], max_kernels: int = MAX
     configs = sorted({config for row in times.values() for config in row})
     if not shapes or not configs:
         return Cover((), {shape: None for shape in shapes}, 0.0)
+    import numpy as np
+
     matrix = np.full((len(shapes), len(configs)), np.nan)
     column = {config: j for j, config in enumerate(configs)}
     for i, shape in enumerate(shapes):
@@ -101,5 +105,7 @@ def _rules(matrix: np.ndarray, scores: np.ndarray, chosen: list[int], configs: l
 
 
 def _key(scores: np.ndarray) -> tuple[int, float]:
+    import numpy as np
+
     covered = scores > 0
     return int(covered.sum()), float(np.round(np.log(scores[covered]).sum(), DECIMALS))
