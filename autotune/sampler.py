@@ -20,7 +20,6 @@ only the screening of candidates is added.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy
@@ -29,14 +28,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.samplers._tpe import sampler as _tpe
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.draws import FeasibleDraws
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.space import Config, SearchSpace
-from autotune.survey import feasible_configs
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
 MAX_DRAWS = 4096  # candidates drawn from l(x) per proposal at most, before falling back to a random config
-MAX_RANDOM_DRAWS = 2_000  # random combinations tried per proposal before listing the feasible configs
 
 
 class FeasibleTpeSampler(optuna.samplers.TPESampler):
@@ -77,7 +75,7 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
         return kept[int(numpy.argmax(scores))]
 
 
-class Proposer:
+class Proposer(FeasibleDraws):
     """Feasible, untaken configs of one space on one GPU and problem, best guess first.
 
     ``taken`` (config names) is everything the study holds or has in flight; the proposer
@@ -87,17 +85,12 @@ class Proposer:
 
     def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int, n_startup: int = 16,
                  warm_start: Sequence[Config] = ()):
-        self.space, self.gpu, self.problem = space, gpu, problem
-        self.warm_start = tuple(warm_start)
+        super().__init__(space, gpu, problem, seed, warm_start)
         self.n_startup = n_startup
-        self.rng = random.Random(seed)
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
         self.varying = {knob: d for knob, d in self.distributions.items() if len(d.choices) > 1}
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup)
-        self.rejected = 0  # candidates screened out because a static rule rejects them
-        self._feasible: dict[tuple, bool] = {}
-        self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
 
     def next(self, study: optuna.Study, trials: list[FrozenTrial], taken: set[str],
              in_flight: Iterable[Config] = ()) -> Config | None:
@@ -117,27 +110,6 @@ class Proposer:
             if params is not None:
                 return self.space.config({**self.fixed, **params})
         return self.random(taken)
-
-    def random(self, taken: set[str]) -> Config | None:
-        """A uniformly random feasible config that is not taken, or None when there is none."""
-        if self._listed is None:
-            for _ in range(MAX_RANDOM_DRAWS):
-                values = {knob: self.rng.choice(choices) for knob, choices in self.space.knobs.items()}
-                config = self.space.config(values)
-                if config.name not in taken and self.feasible(config):
-                    return config
-            self._listed = feasible_configs(self.space, self.gpu, self.problem)
-        left = [config for config in self._listed if config.name not in taken]
-        return self.rng.choice(left) if left else None
-
-    def feasible(self, config: Config) -> bool:
-        """Whether ``config`` passes the static rules (each config checked once)."""
-        key = config.params
-        if key not in self._feasible:
-            self._feasible[key] = self.space.check(config, self.gpu, self.problem).feasible
-            if not self._feasible[key]:
-                self.rejected += 1
-        return self._feasible[key]
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:
         config = self.space.config({**self.fixed, **values})

@@ -4,7 +4,9 @@
     (verify, time) -> record
 
 * Configs come from :class:`~autotune.sampler.Proposer`: the space's seeds, then
-  random feasible configs, then TPE over feasible configs. A config that breaks a
+  random feasible configs, then TPE over feasible configs. The opening (the seeds,
+  then random configs, one per compile process) starts compiling before the study
+  is read. A config that breaks a
   static rule is screened out for the cost of a rule check; it is never compiled
   and never becomes a trial. Resource rejections and compile errors never reach
   the GPU and do not use up the budget; they are stored as failures with their reason.
@@ -32,19 +34,17 @@ import dataclasses
 import functools
 import math
 import operator
-import os
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-
-import numpy
+from collections.abc import Callable, Sequence
 
 from autotune.check import resource_violation
 from autotune.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
 from autotune.cubin import parameter_sizes
 from autotune.db import ResultStore
+from autotune.draws import opening_size, process_seed
 from autotune.errors import FailureClass, SearchError
 from autotune.gpus import GpuSpec
 from autotune.lanes import GpuLane
@@ -138,7 +138,7 @@ class _Candidate:
 
     config: Config
     task: KernelTask
-    seed: bool = False  # a seed or warm-start config (fixed in advance, not proposed from results)
+    seed: bool = False  # a seed, warm-start or opening config (fixed in advance, not proposed from results)
     trial_id: int | None = None  # its slot in the study
 
 
@@ -189,7 +189,7 @@ class Search:
         self.env: Environment | None = None
         self.objective: Objective = make_objective(settings.objective)
         self.name = study_name(space, gpu.key, problem, settings.objective)
-        self.proposer = Proposer(space, gpu, problem, seed=_process_seed(settings.seed), warm_start=warm_start)
+        self.proposer = Proposer(space, gpu, problem, seed=process_seed(settings.seed), warm_start=warm_start)
         self.windows: dict[str, EnergyWindow] = {}  # config name -> its energy window, this run
         self.failures: dict[str, int] = {}
         self.raced = 0
@@ -199,7 +199,7 @@ class Search:
         self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
         self._events: queue.Queue = queue.Queue()
         self._compiling: dict = {}  # compile future -> config
-        self._seed_names = {config.name for config in (*self.proposer.warm_start, *space.seeds)}
+        self._seed_names = {config.name for config in (*self.proposer.warm_start, *space.seeds)}  # and the opening
         self._ready: collections.deque[_Candidate] = collections.deque()
         self._exhausted = False  # the proposer found no feasible config left
         self._best: tuple[float, str] | None = None  # (ms, config name): racing's yardstick
@@ -320,24 +320,15 @@ class Search:
         return sum(not candidate.seed for candidate in self._ready)
 
     def _compile_seeds(self, pool: CompilePool) -> None:
-        """Start compiling, before the study is read, what the proposer gives first whatever the study
-        holds: the warm-start configs and the space's seeds that the static rules admit. Those the study
-        holds already (a resumed search) are dropped once compiled."""
-        seeds = self._admitted_seeds()
-        for _ in range(min(pool.jobs, math.ceil(self.settings.trials * BUDGET_OVERSHOOT))):
-            with self.spent.on("propose"):
-                config = next(seeds, None)
-            if config is None:
-                return
+        """Start compiling, before the study is read, the proposer's opening (what it gives first
+        whatever the study holds: the warm-start configs and the space's seeds that the static rules
+        admit, then random feasible configs), one per compile process. Those the study holds already
+        (a resumed search) are dropped once compiled."""
+        with self.spent.on("propose"):
+            opening = self.proposer.opening(opening_size(pool.jobs, self.settings.trials))
+        self._seed_names.update(config.name for config in opening)
+        for config in opening:
             self._submit(pool, config)
-
-    def _admitted_seeds(self) -> Iterator[Config]:
-        """The warm-start configs, then the space's seeds, each once, where the static rules admit them."""
-        names = set()
-        for config in (*self.proposer.warm_start, *self.space.seeds):
-            if config.name not in names and self.proposer.feasible(config):
-                names.add(config.name)
-                yield config
 
     def _submit(self, pool: CompilePool, config: Config) -> None:
         future = pool.submit(render(self.space, config, self.gpu))
@@ -721,9 +712,3 @@ def _compile_result(future) -> CompiledKernel | CompileFailure:
         return future.result()
     except Exception as error:  # raised in the pool process: record it with the candidate, go on
         return CompileFailure("?", f"{type(error).__name__}: {error}", "")
-
-
-def _process_seed(seed: int) -> int:
-    """The sampler's seed in this process: ``seed`` and the process id, so that processes sharing
-    a study explore different configs."""
-    return int(numpy.random.SeedSequence([seed, os.getpid()]).generate_state(1)[0])

@@ -23,6 +23,20 @@ def measured(proposer, config, ms):
     return optuna.trial.create_trial(params=config.as_dict(), distributions=proposer.distributions, value=ms)
 
 
+def test_the_opening_is_the_feasible_seeds_then_random_configs_and_the_same_from_the_same_seed(space):
+    from autotune.draws import FeasibleDraws
+
+    feasible_seeds = [seed for seed in space.seeds if space.check(seed, H200, PROBLEM).feasible]
+    count = len(feasible_seeds) + 6
+    opening = FeasibleDraws(space, H200, PROBLEM, seed=7).opening(count)
+    assert opening[:len(feasible_seeds)] == feasible_seeds
+    assert len({config.name for config in opening}) == count
+    assert all(space.check(config, H200, PROBLEM).feasible for config in opening)
+    assert Proposer(space, H200, PROBLEM, seed=7).opening(count) == opening  # what the search draws, too
+    assert FeasibleDraws(space, H200, PROBLEM, seed=8).opening(count)[len(feasible_seeds):] != opening[len(feasible_seeds):]
+    assert FeasibleDraws(space, H200, PROBLEM, seed=7).opening(2) == feasible_seeds[:2]
+
+
 def test_seeds_come_first_then_random_feasible_configs(space):
     proposer = Proposer(space, H200, PROBLEM, seed=1)
     study = optuna.create_study()

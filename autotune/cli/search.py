@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         with span(timeline, SEARCH, "choose family"):
             space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
         if space is not None:
-            _compile_seeds_now(pool, space, _search_gpu(requested, args), problem, args.trials)
+            _compile_opening_now(pool, space, _search_gpu(requested, args), problem, args.seed, args.trials)
         from autotune.study import Search, SearchSettings
 
         gpu = _search_gpu(requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
@@ -123,14 +123,15 @@ def _search_gpu(gpu, args: argparse.Namespace):
     return gpu
 
 
-def _compile_seeds_now(pool: CompilePool, space, gpu, problem: GemmProblem, trials: int) -> None:
-    """Start compiling the seeds the search tries first, while the search's own modules load: the
-    search submits the same sources and the pool hands it these compiles."""
+def _compile_opening_now(pool: CompilePool, space, gpu, problem: GemmProblem, seed: int, trials: int) -> None:
+    """Start compiling the search's opening (the seeds, then random feasible configs) while the
+    search's own modules load: the search draws the same opening from the same seed, and the pool
+    hands it these compiles."""
+    from autotune.draws import FeasibleDraws, opening_size, process_seed
     from autotune.render import render
 
-    seeds = [seed for seed in space.seeds if space.check(seed, gpu, problem).feasible]
-    for seed in seeds[:min(pool.jobs, trials)]:
-        pool.submit(render(space, seed, gpu))
+    for config in FeasibleDraws(space, gpu, problem, process_seed(seed)).opening(opening_size(pool.jobs, trials)):
+        pool.submit(render(space, config, gpu))
 
 
 def _open_store(url: str | None, stack: contextlib.ExitStack):
