@@ -181,6 +181,7 @@ class CompilePool:
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
         self._running: dict[tuple[str, str | None], concurrent.futures.Future] = {}  # by source and arch
+        self._prefetched: dict[tuple[str, str | None], concurrent.futures.Future] = {}  # kept until submitted
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
@@ -192,10 +193,21 @@ class CompilePool:
         for _ in range(self.jobs):
             self._executor.submit(nvrtc_version)
 
+    def prefetch(self, source: KernelSource, arch: str | None = None) -> None:
+        """Start compiling ``source`` for a caller still getting ready: its first :meth:`submit` of
+        the same source gets this compile, running or finished."""
+        future = self.submit(source, arch)
+        with self._lock:
+            self._prefetched[(source.code, arch or source.target)] = future
+
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
-        """Compile ``source`` in a pool process; a source already compiling gets that compile's future."""
+        """Compile ``source`` in a pool process; a source already compiling, or prefetched, gets that
+        compile's future."""
         key = (source.code, arch or source.target)
         with self._lock:
+            prefetched = self._prefetched.pop(key, None)
+            if prefetched is not None and not prefetched.cancelled():
+                return prefetched
             running = self._running.get(key)
             if running is not None and not running.cancelled():
                 return running

@@ -91,6 +91,19 @@ def test_a_compile_process_loads_nvrtc_alone_not_cupy_numpy_or_jinja():
     assert run.stdout.split() == ["True", "[]"]
 
 
+def test_a_prefetched_compile_is_handed_to_the_first_submit_of_its_source_even_once_finished(pool, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    source = KernelSource("k", 'extern "C" __global__ void k(float *x) { x[threadIdx.x] = 2.0f; }', "h", "sm_90")
+    pool.prefetch(source)
+    prefetched = pool._prefetched[(source.code, "sm_90")]
+    prefetched.result(timeout=120)  # finished before the caller submits it
+    handed = pool.submit(source)
+    assert handed is prefetched and handed.result().seconds > 0  # that compile, with its timing
+    again = pool.submit(source)  # a second submit is a compile of its own (here from the disk cache)
+    assert again is not prefetched and again.result(timeout=120).seconds == 0
+
+
 def test_cache_returns_the_same_cubin(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     space, spec = load_space("sgemm"), gpu_spec("h200")

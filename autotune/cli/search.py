@@ -126,12 +126,12 @@ def _search_gpu(gpu, args: argparse.Namespace):
 def _compile_opening_now(pool: CompilePool, space, gpu, problem: GemmProblem, seed: int, trials: int) -> None:
     """Start compiling the search's opening (the seeds, then random feasible configs) while the
     search's own modules load: the search draws the same opening from the same seed, and the pool
-    hands it these compiles."""
+    hands it these compiles, finished or not."""
     from autotune.draws import FeasibleDraws, opening_size, process_seed
     from autotune.render import render
 
     for config in FeasibleDraws(space, gpu, problem, process_seed(seed)).opening(opening_size(pool.jobs, trials)):
-        pool.submit(render(space, config, gpu))
+        pool.prefetch(render(space, config, gpu))
 
 
 def _open_store(url: str | None, stack: contextlib.ExitStack):
