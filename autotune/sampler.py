@@ -91,6 +91,7 @@ class Proposer(FeasibleDraws):
         self.varying = {knob: d for knob, d in self.distributions.items() if len(d.choices) > 1}
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup)
+        self.learned: set[str] = set()  # configs TPE proposed from the study's results (the others were fixed or drawn)
 
     def next(self, study: optuna.Study, trials: list[FrozenTrial], taken: set[str],
              in_flight: Iterable[Config] = ()) -> Config | None:
@@ -108,7 +109,9 @@ class Proposer(FeasibleDraws):
             params = self.sampler.propose(study, trials + liars, self.varying,
                                           lambda values: self._admissible(values, taken))
             if params is not None:
-                return self.space.config({**self.fixed, **params})
+                config = self.space.config({**self.fixed, **params})
+                self.learned.add(config.name)
+                return config
         return self.random(taken)
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:

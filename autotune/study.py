@@ -63,7 +63,7 @@ from autotune.worker import CublasTask, EnergyTask, GpuWorker, KernelTask, argum
 FINAL_ROUNDS = 3  # the closing measurement alternates cuBLAS and the best config this many times
 RACE_MARGINS = ((1, 1.5), (3, 1.2), (10, 1.05))  # (timed launches, margin over the best): where a candidate stops
 LANE_DEPTH = 2  # jobs per GPU lane: the running one and one queued behind it
-READY_PER_LANE = 4  # proposed candidates (not seeds) waiting per GPU lane before compiling pauses
+READY_PER_LANE = 4  # candidates TPE proposed, waiting per GPU lane, before compiling pauses
 BUDGET_OVERSHOOT = 1.5  # compiles in flight near the end of the budget, per GPU evaluation left, where
                         # the pool cannot stop unfinished compiles (a sweep's, shared by its shapes)
 REFERENCE = "reference"  # the lane job that measures cuBLAS
@@ -138,7 +138,7 @@ class _Candidate:
 
     config: Config
     task: KernelTask
-    seed: bool = False  # a seed, warm-start or opening config (fixed in advance, not proposed from results)
+    learned: bool = False  # proposed by TPE from the study's results (not a seed, warm-start config or random draw)
     trial_id: int | None = None  # its slot in the study
 
 
@@ -199,7 +199,6 @@ class Search:
         self._lock = threading.Lock()  # the objective and the best time, read by the lanes' threads
         self._events: queue.Queue = queue.Queue()
         self._compiling: dict = {}  # compile future -> config
-        self._seed_names = {config.name for config in (*self.proposer.warm_start, *space.seeds)}  # and the opening
         self._ready: collections.deque[_Candidate] = collections.deque()
         self._exhausted = False  # the proposer found no feasible config left
         self._best: tuple[float, str] | None = None  # (ms, config name): racing's yardstick
@@ -296,9 +295,9 @@ class Search:
     def _compile_ahead(self, ledger: StudyLedger, view: StudyView, pool: CompilePool, lanes: int) -> None:
         """Keep every compile process busy while the budget has room.
 
-        Compiling pauses while READY_PER_LANE proposed candidates per lane wait for a GPU: more
-        would be proposed from older results. Seeds (and warm-start configs) are fixed in advance,
-        so a backlog of them never pauses it. Near the end of the budget every process keeps
+        Compiling pauses while READY_PER_LANE candidates per lane that TPE proposed wait for a GPU:
+        more would be proposed from older results. Seeds, warm-start configs and random draws learn
+        nothing from results, so a backlog of them never pauses it. Near the end of the budget every process keeps
         compiling where the pool can stop them unfinished (the first to finish fill the budget);
         a pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
         left = self.settings.trials - view.held
@@ -316,8 +315,8 @@ class Search:
             self._submit(pool, config)
 
     def _proposed_waiting(self) -> int:
-        """Compiled candidates waiting for a GPU that are not seeds."""
-        return sum(not candidate.seed for candidate in self._ready)
+        """Compiled candidates waiting for a GPU that TPE proposed from the study's results."""
+        return sum(candidate.learned for candidate in self._ready)
 
     def _compile_seeds(self, pool: CompilePool) -> None:
         """Start compiling, before the study is read, the proposer's opening (what it gives first
@@ -326,7 +325,6 @@ class Search:
         (a resumed search) are dropped once compiled."""
         with self.spent.on("propose"):
             opening = self.proposer.opening(opening_size(pool.jobs, self.settings.trials))
-        self._seed_names.update(config.name for config in opening)
         for config in opening:
             self._submit(pool, config)
 
@@ -351,7 +349,7 @@ class Search:
             with self.spent.on("record"):
                 self._record_compile_failure(ledger, config, task)
         else:
-            self._ready.append(_Candidate(config, task, seed=config.name in self._seed_names))
+            self._ready.append(_Candidate(config, task, learned=config.name in self.proposer.learned))
         self._check_template_compiles(compiled)
 
     def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:

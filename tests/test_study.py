@@ -286,11 +286,26 @@ class SlowWorker(RecordingWorker):
 
 
 class BacklogSearch(Search):
-    """Notes, at each compile it starts, the candidates waiting for the GPU: all, and those not seeds."""
+    """Notes, at each compile it starts, the candidates waiting for the GPU: all, and those TPE proposed."""
 
     def _submit(self, pool, config):
         self.backlog.append((len(self._ready), self._proposed_waiting()))
         super()._submit(pool, config)
+
+
+def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
+    """Before TPE has 16 results to learn from, every config is a seed or a random draw: nothing
+    compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
+    from autotune.study import READY_PER_LANE
+
+    search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
+                           ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
+                           SearchSettings(trials=14, jobs=2, seed=1))
+    search.backlog = []
+    result = search.run()
+    assert result.evaluated == 14
+    assert max(total for total, _ in search.backlog) > READY_PER_LANE  # random draws piled up; compiling went on
+    assert not search.proposer.learned
 
 
 def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
