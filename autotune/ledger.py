@@ -46,6 +46,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from autotune.db.engine import sync_commits_as_wal_needs
 from autotune.errors import DatabaseError
 from autotune.space import Config
 from autotune.urls import shown_url
@@ -324,8 +325,10 @@ class StudyLedger:
 
 def _rdb_storage(url: str, heartbeat_s: int, grace_s: int) -> optuna.storages.RDBStorage:
     engine_kwargs = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if url.startswith("sqlite") else {}
-    return _quietly(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                                       heartbeat_interval=heartbeat_s, grace_period=grace_s))
+    storage = _quietly(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                          heartbeat_interval=heartbeat_s, grace_period=grace_s))
+    sync_commits_as_wal_needs(storage.engine)
+    return storage
 
 
 def _quietly(call: Callable):

@@ -363,6 +363,23 @@ def test_the_engine_reads_sqlite_in_wal_mode_with_a_busy_timeout(tmp_path):
     plain.dispose()
 
 
+def test_the_studys_optuna_connections_commit_without_an_fsync_each_in_wal_mode_too(tmp_path):
+    """Optuna opens its own engine on the same file: its commits (a trial, a heartbeat, each user
+    attribute) would fsync the WAL every time at SQLite's default, FULL."""
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.ledger import StudyLedger
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    with ResultStore(url):
+        ledger = StudyLedger(url, "s", ["minimize"], {"X": CategoricalDistribution([1, 2])}, budget=4)
+        try:
+            with ledger.storage.engine.connect() as connection:
+                assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+        finally:
+            ledger.close()
+
+
 def test_rows_an_older_autotune_stored_twice_are_merged_by_the_upgrade(tmp_path):
     """Concurrent imports before fingerprints stored one line twice; migration 0003 keeps one, with the windows."""
     path = tmp_path / "old.db"

@@ -75,8 +75,21 @@ def use_wal(engine: Engine) -> None:
     engine.dispose()  # connections opened before the switch set synchronous for the old mode
 
 
+def sync_commits_as_wal_needs(engine: Engine) -> None:
+    """Set ``synchronous=NORMAL`` on each new connection of a SQLite ``engine`` made elsewhere (Optuna's)
+    when the file is in WAL mode, as :func:`create` does for its own: a commit then skips the fsync that
+    ``FULL`` costs. The connections it has already opened are closed."""
+    if engine.url.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sync_as_wal_needs)
+        engine.dispose()
+
+
 def _sqlite_connect(dbapi_connection, connection_record) -> None:
     dbapi_connection.isolation_level = None  # the "begin" listener emits BEGIN, for DDL and SELECT too
+    _sync_as_wal_needs(dbapi_connection, connection_record)
+
+
+def _sync_as_wal_needs(dbapi_connection, connection_record) -> None:
     cursor = dbapi_connection.cursor()
     if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
         cursor.execute("PRAGMA synchronous=NORMAL")
