@@ -323,8 +323,9 @@ class Search:
         whatever the study holds: the warm-start configs and the space's seeds that the static rules
         admit, then random feasible configs), one per compile process. Those the study holds already
         (a resumed search) are dropped once compiled."""
-        with self.spent.on("propose"):
+        with self.spent.on("propose") as proposals:
             opening = self.proposer.opening(opening_size(pool.jobs, self.settings.trials))
+            proposals.count = len(opening)
         for config in opening:
             self._submit(pool, config)
 

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 
 from autotune.timeline import SEARCH, Timeline
+
+
+@dataclasses.dataclass
+class Occurrences:
+    """How many times an activity happened in one timed stretch."""
+
+    count: int = 1
 
 
 class TimeSpent:
@@ -32,14 +40,16 @@ class TimeSpent:
             self._counts[activity] += count
 
     @contextlib.contextmanager
-    def on(self, activity: str) -> Iterator[None]:
-        """Time the body as ``activity``."""
+    def on(self, activity: str) -> Iterator[Occurrences]:
+        """Time the body as ``activity``: one occurrence, or as many as the body sets
+        (``with spent.on("propose") as occurrences: ...; occurrences.count = n``)."""
         started, began = time.perf_counter(), time.time()
+        occurrences = Occurrences()
         try:
-            yield
+            yield occurrences
         finally:
             seconds = time.perf_counter() - started
-            self.add(activity, seconds)
+            self.add(activity, seconds, occurrences.count)
             if self.timeline is not None:
                 self.timeline.add(SEARCH, activity, began, seconds)
 

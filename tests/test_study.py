@@ -257,7 +257,7 @@ def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
 def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_line_can_draw_too(tmp_path, worker):
     """The opening fills every compile process before the study opens, and the command line, drawing
     from the same seed, starts the same compiles (the pool then hands them to the search)."""
-    from autotune.draws import FeasibleDraws, process_seed
+    from autotune.draws import FeasibleDraws, opening_size, process_seed
 
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
     compiling_when_opened = []
@@ -266,12 +266,12 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
         compiling_when_opened.append([config.name for config in search._compiling.values()])
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
-    search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=8, jobs=5, seed=3))
-    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(5)
+    search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=12, jobs=3, seed=3))
+    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(opening_size(3, 12))
     result = search.run()
-    assert compiling_when_opened == [[config.name for config in drawn]]
-    assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 2 random
-    assert result.evaluated == 8
+    assert len(drawn) == 6 and compiling_when_opened == [[config.name for config in drawn]]
+    assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 3 random
+    assert result.evaluated == 12
 
 
 class SlowWorker(RecordingWorker):
