@@ -29,14 +29,12 @@ def process_seed(seed: int) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-OPENING_PER_PROCESS = 2  # configs in the opening per compile process
-
-
 def opening_size(jobs: int, trials: int) -> int:
-    """How many configs a search compiles before its study is read: two per compile process (the
-    first are done before the study opens, and until TPE has results every proposal would be a
-    random draw anyway), and no more than the budget."""
-    return min(OPENING_PER_PROCESS * jobs, trials)
+    """How many configs a search compiles before its study is read: one per compile process, and
+    no more than the budget. (Two per process kept the processes busy until the study opened, but
+    delayed its opening on a machine whose cores all compile, and searches were no faster: see
+    bench/NOTES.md.)"""
+    return min(jobs, trials)
 
 
 class FeasibleDraws:

@@ -266,12 +266,12 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
         compiling_when_opened.append([config.name for config in search._compiling.values()])
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
-    search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=12, jobs=3, seed=3))
-    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(opening_size(3, 12))
+    search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=8, jobs=5, seed=3))
+    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(opening_size(5, 8))
     result = search.run()
-    assert len(drawn) == 6 and compiling_when_opened == [[config.name for config in drawn]]
-    assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 3 random
-    assert result.evaluated == 12
+    assert len(drawn) == 5 and compiling_when_opened == [[config.name for config in drawn]]
+    assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 2 random
+    assert result.evaluated == 8
 
 
 class SlowWorker(RecordingWorker):
