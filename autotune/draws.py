@@ -10,9 +10,10 @@ loads neither Optuna nor NumPy.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from autotune.gpus import GpuSpec
 from autotune.problem import GemmProblem
@@ -71,14 +72,19 @@ class FeasibleDraws:
         left = [config for config in self._listed if config.name not in taken]
         return self.rng.choice(left) if left else None
 
-    def opening(self, count: int) -> list[Config]:
-        """The first ``count`` configs a search tries whatever its study holds: the warm-start configs
-        and the space's seeds that the static rules admit, each once, then random feasible configs.
-        Draws with the same seed give the same opening."""
-        chosen: dict[str, Config] = {}
+    def fixed_configs(self) -> Iterator[Config]:
+        """The configs tried first, fixed in advance: the warm-start configs, then the space's seeds,
+        each once, where the static rules admit them."""
+        names = set()
         for config in (*self.warm_start, *self.space.seeds):
-            if len(chosen) < count and config.name not in chosen and self.feasible(config):
-                chosen[config.name] = config
+            if config.name not in names and self.feasible(config):
+                names.add(config.name)
+                yield config
+
+    def opening(self, count: int) -> list[Config]:
+        """The first ``count`` configs a search tries whatever its study holds: the fixed ones, then
+        random feasible configs. Draws with the same seed give the same opening."""
+        chosen = {config.name: config for config in itertools.islice(self.fixed_configs(), count)}
         while len(chosen) < count:
             config = self.random(set(chosen))
             if config is None:

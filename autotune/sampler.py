@@ -100,9 +100,9 @@ class Proposer(FeasibleDraws):
         ``trials`` are the study's finished trials that TPE learns from and its running ones;
         ``in_flight`` are this process's configs not in the study yet.
         """
-        for seed in (*self.warm_start, *self.space.seeds):
-            if seed.name not in taken and self.feasible(seed):
-                return seed
+        for config in self.fixed_configs():
+            if config.name not in taken:
+                return config
         finished = sum(trial.state in (TrialState.COMPLETE, TrialState.PRUNED) for trial in trials)
         if finished >= self.n_startup and self.varying:
             liars = [self._liar(config) for config in in_flight]

@@ -138,7 +138,6 @@ class _Candidate:
 
     config: Config
     task: KernelTask
-    learned: bool = False  # proposed by TPE from the study's results (not a seed, warm-start config or random draw)
     trial_id: int | None = None  # its slot in the study
 
 
@@ -231,7 +230,7 @@ class Search:
             sys.setswitchinterval(switch_interval)
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
-        self._compile_seeds(pool)  # while the study opens and the GPU workers start
+        self._compile_opening(pool)  # while the study opens and the GPU workers start
         with span(self.timeline, SEARCH, "open study"):
             ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
                                  self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
@@ -297,9 +296,9 @@ class Search:
 
         Compiling pauses while READY_PER_LANE candidates per lane that TPE proposed wait for a GPU:
         more would be proposed from older results. Seeds, warm-start configs and random draws learn
-        nothing from results, so a backlog of them never pauses it. Near the end of the budget every process keeps
-        compiling where the pool can stop them unfinished (the first to finish fill the budget);
-        a pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
+        nothing from results, so a backlog of them never pauses it. Near the end of the budget every
+        process keeps compiling where the pool can stop them unfinished (the first to finish fill the
+        budget); a pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
         left = self.settings.trials - view.held
         in_flight = math.inf if pool.stops_unfinished else math.ceil(left * BUDGET_OVERSHOOT)
         while (not self._exhausted and len(self._compiling) < pool.jobs and len(self._ready) < left
@@ -316,9 +315,9 @@ class Search:
 
     def _proposed_waiting(self) -> int:
         """Compiled candidates waiting for a GPU that TPE proposed from the study's results."""
-        return sum(candidate.learned for candidate in self._ready)
+        return sum(candidate.config.name in self.proposer.learned for candidate in self._ready)
 
-    def _compile_seeds(self, pool: CompilePool) -> None:
+    def _compile_opening(self, pool: CompilePool) -> None:
         """Start compiling, before the study is read, the proposer's opening (what it gives first
         whatever the study holds: the warm-start configs and the space's seeds that the static rules
         admit, then random feasible configs), one per compile process. Those the study holds already
@@ -350,7 +349,7 @@ class Search:
             with self.spent.on("record"):
                 self._record_compile_failure(ledger, config, task)
         else:
-            self._ready.append(_Candidate(config, task, learned=config.name in self.proposer.learned))
+            self._ready.append(_Candidate(config, task))
         self._check_template_compiles(compiled)
 
     def _check_template_compiles(self, compiled: CompiledKernel | CompileFailure) -> None:
