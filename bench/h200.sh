@@ -23,6 +23,9 @@
 #   bench/h200.sh throughput [DTYPE:SIZE:TRIALS:TARGET...]  GPU evaluations per second of whole searches
 #                                       from a cold compile cache and a fresh database (default: SGEMM 4096
 #                                       and 1024, HGEMM 4096, 100 evaluations each; bench/throughput.py)
+#   bench/h200.sh compile-cost [FILE...]  what NVRTC compiles cost on this machine's CPUs: the 4096 search's dear
+#                                       sgemm kinds (and any FILE given), alone and 1, 8 and 16 at once
+#                                       (bench/compile_cost.py; NVRTC's own cache disabled)
 #   bench/h200.sh sweep DTYPE...        the LLM sweep for a table: `autotune sweep --shapes llm`, then
 #                                       `--shapes llm-held-out --cross-from llm`, then `autotune table
 #                                       --hold-out llm-held-out` (text and JSON) and `autotune plot`, once
@@ -117,6 +120,12 @@ while [ $# -gt 0 ]; do
         cases=()
         while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do cases+=("$1"); shift; done
         python3 bench/throughput.py --out "$OUT" ${cases[@]+"${cases[@]}"} 2>&1 | tee "$OUT/throughput.txt" || status=1
+        ;;
+    compile-cost)
+        sources=()
+        while [ $# -gt 0 ] && [ -f "$1" ]; do sources+=("$1"); shift; done
+        CUDA_CACHE_DISABLE=1 python3 bench/compile_cost.py --out "$OUT" --probe-nice ${sources[@]+--source "${sources[@]}"} \
+            2>&1 | tee "$OUT/compile_cost.log" || status=1
         ;;
     sweep)
         while [ $# -gt 0 ] && [[ $1 == f16 || $1 == f32 ]]; do
