@@ -231,20 +231,20 @@ class Search:
 
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
         self._compile_opening(pool)  # while the study opens and the GPU workers start
-        with span(self.timeline, SEARCH, "open study"):
-            ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
-                                 self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
-                                 self.settings.grace_s, sampler=self.proposer.sampler)
-        lanes: list[GpuLane] = []
+        lanes = [GpuLane(i, worker, self._events) for i, worker in enumerate(self.workers)]
+        for lane in lanes:  # cuBLAS, each lane's yardstick, runs as soon as its worker is up, while the study opens
+            lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
+        ledger: StudyLedger | None = None
         try:
+            with span(self.timeline, SEARCH, "open study"):
+                ledger = StudyLedger(self.store.url, self.name, list(self.objective.directions),
+                                     self.proposer.distributions, self.settings.trials, self.settings.heartbeat_s,
+                                     self.settings.grace_s, sampler=self.proposer.sampler)
             ledger.fail_stale()
             view = ledger.view()
             progress = self._start_progress(view)
             self._compile_ahead(ledger, view, pool, lanes=1)  # while the GPU workers start
             self._start_environment()
-            lanes = [GpuLane(i, worker, self._events) for i, worker in enumerate(self.workers)]
-            for lane in lanes:
-                lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
             self._loop(ledger, pool, lanes, started, progress)
             self._stop_lanes(ledger, lanes, progress)
             pool.close(wait=False)  # compiles still running are of no use now
@@ -259,7 +259,8 @@ class Search:
             for lane in lanes:
                 lane.cancel_waiting()
                 lane.stop(timeout_s=0)
-            ledger.close()
+            if ledger is not None:
+                ledger.close()
 
     def _loop(self, ledger: StudyLedger, pool: CompilePool, lanes: list[GpuLane], started: float,
               progress: Progress) -> None:

@@ -239,6 +239,39 @@ def test_the_seeds_compile_while_the_study_opens(tmp_path, worker, monkeypatch):
     assert evaluated == {seed.name for seed in space.seeds[:2]}  # and they are the first evaluated
 
 
+def test_cublas_runs_while_the_study_opens(tmp_path, worker, monkeypatch):
+    """The reference needs no study: it runs on the GPU while the study opens, not after."""
+    import threading
+
+    from autotune import study as study_module
+    from autotune.worker import CublasTask
+
+    cublas_started = threading.Event()
+    started_while_opening = []
+
+    class WatchedWorker:
+        def __getattr__(self, name):
+            return getattr(worker, name)
+
+        def run(self, task, *args, **kwargs):
+            if isinstance(task, CublasTask):
+                cublas_started.set()
+            return worker.run(task, *args, **kwargs)
+
+    class Ledger(study_module.StudyLedger):
+        def __init__(self, *args, **kwargs):
+            started_while_opening.append(cublas_started.wait(timeout=5.0))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(study_module, "StudyLedger", Ledger)
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    search = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, WatchedWorker(),
+                    SearchSettings(trials=2, jobs=2, seed=1))
+    result = search.run()
+    assert started_while_opening == [True]
+    assert result.evaluated == 2 and result.cublas is not None
+
+
 def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
     space = SearchSpace(TINY)
     compiling_when_opened = []
