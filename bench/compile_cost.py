@@ -14,16 +14,20 @@ opening compiles) alone, beside 16 compile processes, and beside 16 that run at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
+import multiprocessing.pool
 import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_CONFIGS = (
@@ -40,19 +44,18 @@ DEFAULT_CONFIGS = (
 
 
 def render_config(name: str) -> str:
-    """The CUDA source of the sgemm config ``name`` for the H200."""
+    """The CUDA source of the sgemm config ``name`` for the H200 (exits with one line on a bad name)."""
+    from ratio_repeat import parse_config_name  # loaded here, not in each compile process
+
+    from autotune.errors import InputError
     from autotune.gpus import gpu_spec
     from autotune.render import render
-    from autotune.space import load_space
 
-    space = load_space("sgemm")
-    values = {}
-    for knob in space.seeds[0].as_dict():
-        found = re.search(r"(?:^|_)" + knob.lower() + r"(\d+)", name[len("sgemm_"):])
-        if not found:
-            raise SystemExit(f"{name}: no value for {knob}")
-        values[knob] = int(found.group(1))
-    return render(space, space.config(values), gpu_spec("h200")).code
+    try:
+        space, config = parse_config_name(name, ["sgemm"])
+    except InputError as error:
+        raise SystemExit(str(error)) from None
+    return render(space, config, gpu_spec("h200")).code
 
 
 def _cpu_seconds() -> float:
@@ -83,13 +86,19 @@ def _warm_worker(_: int) -> None:  # load NVRTC before the clock starts
     nvrtc.version()
 
 
-def concurrent(code: str, processes: int, niceness: int = 0) -> dict:
-    """``processes`` compiles of ``code`` started together, one per process."""
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(processes) as pool:
+@contextlib.contextmanager
+def _warm_pool(processes: int) -> Iterator[multiprocessing.pool.Pool]:
+    """``processes`` spawned processes with NVRTC loaded."""
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
         pool.map(_warm_worker, range(processes))
+        yield pool
+
+
+def concurrent(code: str, processes: int) -> dict:
+    """``processes`` compiles of ``code`` started together, one per process."""
+    with _warm_pool(processes) as pool:
         started = time.perf_counter()
-        results = pool.starmap(compile_once, [(code, niceness)] * processes)
+        results = pool.map(compile_once, [code] * processes)
         elapsed = time.perf_counter() - started
     walls = [wall for wall, _ in results]
     cpus = [cpu for _, cpu in results]
@@ -98,17 +107,18 @@ def concurrent(code: str, processes: int, niceness: int = 0) -> dict:
 
 
 def probe_nice(code: str, processes: int = 16) -> dict:
-    """``import optuna`` in a fresh interpreter: alone, beside ``processes`` compiles, beside niced ones."""
+    """``import optuna`` in a fresh interpreter: alone, beside ``processes`` compiles, beside compiles at
+    the compile pool's niceness."""
+    from autotune.compile import COMPILE_NICENESS
+
     def timed_import() -> float:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "import optuna, sqlalchemy"], check=True)
         return time.perf_counter() - started
 
     found = {"alone_s": min(timed_import() for _ in range(3))}
-    for label, niceness in (("beside_compiles_s", 0), ("beside_niced_compiles_s", 10)):
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(processes) as pool:
-            pool.map(_warm_worker, range(processes))
+    for label, niceness in (("beside_compiles_s", 0), ("beside_niced_compiles_s", COMPILE_NICENESS)):
+        with _warm_pool(processes) as pool:
             pending = pool.starmap_async(compile_once, [(code, niceness)] * processes)
             time.sleep(0.3)
             found[label] = timed_import()
@@ -119,7 +129,7 @@ def probe_nice(code: str, processes: int = 16) -> dict:
 def machine() -> dict:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout if os.path.exists("/usr/bin/lscpu") else ""
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout if shutil.which("lscpu") else ""
     threads = re.search(r"Thread\(s\) per core:\s*(\d+)", lscpu)
     return {"cpu": model, "cpus": os.cpu_count(), "threads_per_core": int(threads.group(1)) if threads else None}
 
