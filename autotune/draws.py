@@ -52,10 +52,12 @@ class FeasibleDraws:
         self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
 
     def feasible(self, config: Config) -> bool:
-        """Whether ``config`` passes the static rules (each config checked once)."""
+        """Whether ``config`` passes the static rules and has its ``[specialize]`` knobs as the problem
+        sets them (each config checked once)."""
         key = config.params
         if key not in self._feasible:
-            self._feasible[key] = self.space.check(config, self.gpu, self.problem).feasible
+            self._feasible[key] = (self.space.check(config, self.gpu, self.problem).feasible
+                                   and self.space.is_specialized_for(config, self.gpu, self.problem))
             if not self._feasible[key]:
                 self.rejected += 1
         return self._feasible[key]
@@ -68,15 +70,18 @@ class FeasibleDraws:
                 config = self.space.config(values)
                 if config.name not in taken and self.feasible(config):
                     return config
-            self._listed = feasible_configs(self.space, self.gpu, self.problem)
+            self._listed = [config for config in feasible_configs(self.space, self.gpu, self.problem)
+                            if self.space.is_specialized_for(config, self.gpu, self.problem)]
         left = [config for config in self._listed if config.name not in taken]
         return self.rng.choice(left) if left else None
 
     def fixed_configs(self) -> Iterator[Config]:
         """The configs tried first, fixed in advance: the warm-start configs, then the space's seeds,
-        each once, where the static rules admit them."""
+        each set up for the problem (:meth:`SearchSpace.for_problem`) and tried once, where the static rules
+        admit them."""
         names = set()
         for config in (*self.warm_start, *self.space.seeds):
+            config = self.space.for_problem(config, self.gpu, self.problem)
             if config.name not in names and self.feasible(config):
                 names.add(config.name)
                 yield config

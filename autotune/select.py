@@ -139,7 +139,7 @@ class SelectionTable:
         def work(name: str, at: Shape) -> int:
             return _contract(kernels[name], self.gpu).work(*at, self.gpu.sms)
 
-        return Pick(rule, kernels[scaling.fastest(rule.times, work, rule.shape, shape)])
+        return Pick(rule, _launched(kernels[scaling.fastest(rule.times, work, rule.shape, shape)], shape, self.gpu))
 
 
 def nearest(items, shape: tuple[int, int, int], shape_of):
@@ -308,6 +308,16 @@ def _builds(kernel: Kernel, gpu: GpuSpec) -> bool:
     except AutotuneError:
         return False
     return True
+
+
+def _launched(kernel: Kernel, shape: Shape, gpu: GpuSpec) -> Kernel:
+    """The build of ``kernel`` launched on ``shape``: itself, or, where it is built for other shapes only
+    (whole tiles), its build for any shape."""
+    if _contract(kernel, gpu).serves_shape(*shape):
+        return kernel
+    space = load_space(kernel.family)
+    config = space.for_any_problem(space.config(kernel.params))
+    return Kernel(config.name, kernel.family, config.as_dict())
 
 
 def _contract(kernel: Kernel, gpu: GpuSpec) -> LaunchContract:

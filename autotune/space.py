@@ -109,6 +109,11 @@ class Rule:
     reason: str  # the reason as written; ``reason_format`` fills it in
     reason_format: Reason
 
+    @property
+    def reads_problem(self) -> bool:
+        """The rule reads ``problem.FIELD``: it applies only where there is a problem."""
+        return "problem" in self.require.names
+
 
 @dataclasses.dataclass(frozen=True)
 class _TensorMapEntry:
@@ -188,6 +193,8 @@ class SearchSpace:
             names = frozenset(self.knobs) | frozenset(self.derived)
             self.rules = [_rule(entry, f"{where} [[rules]] {i}", names)
                           for i, entry in enumerate(_list(data, "rules", where))]
+            self.specialized = self._read_specialized(_table(data, "specialize", where, {}), where, names)
+            self.rules += [_specialized_rule(knob, expression, where) for knob, expression in self.specialized.items()]
             launch = _table(data, "launch", where)
             self._launch = {key: Expression(launch[key], f"{where} [launch] {key}", names) for key in _LAUNCH_KEYS}
             self._tensor_maps = [_TensorMapEntry.parse(entry, f"{where} [[launch.tensor_maps]] {i}", names)
@@ -246,6 +253,19 @@ class SearchSpace:
                 raise SpaceError(f"{where}: [derived] {name} is already a knob or a derived value")
             derived[name] = Expression(text, f"{where} [derived] {name}", [*self.knobs, *derived])
         return derived
+
+    def _read_specialized(self, table: dict, where: str, names: frozenset[str]) -> dict[str, Expression]:
+        """``[specialize]``: knobs of values 0 and 1 (default 0) that the problem sets, each to its
+        expression's truth on the problem; 1 builds the kernel for just those problems."""
+        specialized: dict[str, Expression] = {}
+        for name, text in table.items():
+            if sorted(self.knobs.get(name, ())) != [0, 1] or self.defaults.get(name) != 0:
+                raise SpaceError(f"{where}: [specialize] {name}: expected a knob of values [0, 1] with default 0")
+            expression = Expression(text, f"{where} [specialize] {name}", names - {name})
+            if "problem" not in expression.names:
+                raise SpaceError(f"{where}: [specialize] {name} = {text!r} does not read the problem")
+            specialized[name] = expression
+        return specialized
 
     def _seed(self, entry: object, where: str) -> Config:
         if not isinstance(entry, dict):
@@ -318,11 +338,36 @@ class SearchSpace:
         """Apply the static rules and the shared-memory rule; say why a config is rejected."""
         names = self.values(config, gpu, problem)
         plain = {k: v for k, v in names.items() if k not in ("gpu", "problem")}
-        for rule in self.rules:
+        for rule in self.rules_for(problem):
             reason = self.rule_violation(rule, names)
             if reason is not None:
                 return Verdict(config, plain, reason)
         return Verdict(config, plain, self.smem_violation(names, gpu))
+
+    def for_problem(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> Config:
+        """``config`` with each ``[specialize]`` knob set as ``problem`` asks (the build a search on
+        ``problem`` would try for it)."""
+        if not self.specialized:
+            return config
+        names = self.values(config, gpu, problem)
+        values = {knob: int(bool(expression(names))) for knob, expression in self.specialized.items()}
+        return self.config({**config.as_dict(), **values})
+
+    def is_specialized_for(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> bool:
+        """Whether ``config``'s ``[specialize]`` knobs are as ``problem`` sets them: the configs a
+        search on ``problem`` tries (a search never chooses those knobs)."""
+        return not self.specialized or self.for_problem(config, gpu, problem) == config
+
+    def for_any_problem(self, config: Config) -> Config:
+        """``config`` built for any problem: each ``[specialize]`` knob at 0."""
+        if not self.specialized:
+            return config
+        return self.config({**config.as_dict(), **dict.fromkeys(self.specialized, 0)})
+
+    def rules_for(self, problem: GemmProblem | None) -> list[Rule]:
+        """The rules that apply: all of them on a problem; without one (what a GPU can run of the
+        family at all), those that do not read ``problem``."""
+        return self.rules if problem is not None else [rule for rule in self.rules if not rule.reads_problem]
 
     def rule_violation(self, rule: Rule, names: dict[str, Any]) -> str | None:
         """The rule's reason, filled in, if ``names`` break it."""
@@ -435,6 +480,14 @@ def _knob_values(name: str, values: object, where: str) -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise SpaceError(f"{where} [knobs] {name}: {_shown(values)} lists a value twice")
     return tuple(values)
+
+
+def _specialized_rule(knob: str, expression: Expression, where: str) -> Rule:
+    """The rule a ``[specialize]`` knob adds: its value 1 builds for the problems its expression admits."""
+    text = f"not {knob} or ({expression.text})"
+    reason = f"{knob} 1 builds the kernel for the problems where [specialize] {knob} holds, not this one"
+    return Rule(Expression(text, f"{where} [specialize] {knob}", [knob, *expression.names - {"problem", "gpu"}]),
+                reason, Reason(reason, f"{where} [specialize] {knob}", [knob]))
 
 
 def _rule(entry: object, where: str, names: frozenset[str]) -> Rule:

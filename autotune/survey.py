@@ -73,7 +73,7 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
     the configs before the last one found): ``limit=1`` asks cheaply whether the GPU can run
     the family at all.
     """
-    plan = _Plan(space)
+    plan = _Plan(space, space.rules_for(problem))
     context = {"gpu": gpu, "problem": problem}
     with _no_cycle_collection():
         if _derived_values_cannot_fail(space, plan, context):
@@ -110,7 +110,7 @@ class _Plan:
     order, then the shared-memory rule (None).
     """
 
-    def __init__(self, space: SearchSpace):
+    def __init__(self, space: SearchSpace, rules: list[Rule]):
         self.knobs = list(space.knobs.items())
         # choices[depth]: (value, (knob, value)) for each value of the knob; configs share the pair
         self.choices = [[(value, (name, value)) for value in values] for name, values in self.knobs]
@@ -126,8 +126,8 @@ class _Plan:
             self.derived_at[max(self.reads[name], default=-1) + 1].append(name)
         # from this depth on no derived value waits for a knob
         self.settled = max((depth for depth, names in enumerate(self.derived_at) if names), default=0)
-        self.checks: list[Rule | None] = [*space.rules, None]
-        check_names = [rule.require.names | _fields(rule.reason) for rule in space.rules] + [space.smem_names]
+        self.checks: list[Rule | None] = [*rules, None]
+        check_names = [rule.require.names | _fields(rule.reason) for rule in rules] + [space.smem_names]
         self.check_knobs = [_union(self.reads.get(n, frozenset()) for n in names) for names in check_names]
         self.levels = [max(knobs, default=-1) for knobs in self.check_knobs]  # ready at depth level + 1
         # derived_for[check][depth]: the derived values the check reads that are ready at depth

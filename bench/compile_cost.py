@@ -3,9 +3,9 @@
     python3 bench/compile_cost.py --out DIR [--config NAME...] [--source FILE...] [--parallel 1,8,16]
                                   [--reps 3] [--probe-nice]
 
-Each config (an sgemm kernel name, as the search names them; by default the 4096 search's dearest kinds) and
-each source file is compiled ``--reps`` times alone, then once in each of N processes started together, for
-each N of ``--parallel``. Reported per case: wall and CPU seconds per compile, and compiles per second with N
+Each config (an sgemm kernel name, as the search names them; by default two dear kinds and a cheap one built
+for any shape, and the first built for whole tiles) and each source file is compiled ``--reps`` times alone,
+then once in each of N processes started together, for each N of ``--parallel``. Reported per case: wall and CPU seconds per compile, and compiles per second with N
 processes. ``--probe-nice`` times ``import optuna`` in a fresh interpreter (what a search does while its
 opening compiles) alone, beside 16 compile processes, and beside 16 that run at nice 10. Writes
 ``compile_cost.json`` and ``compile_cost.txt`` to DIR, with the CPU model and core count.
@@ -31,15 +31,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_CONFIGS = (
-    # a COPY_PTRS lean build with 16x8 micro-tiles: most of a 4096 search's compile time
+    # a COPY_PTRS lean build with 16x8 micro-tiles built for any shape: before WHOLE_TILES, most of a 4096
+    # search's compile time
     "sgemm_bm128_bn256_bk8_split_k1_tm16_tn8_warps_m1_pad_a4_pad_b0_vec4_stages2_cp_async1_smem_opt_in0"
-    "_prefetch1_group_m8_lean_build1_lane_pairs1_copy_spread1_copy_ptrs1",
-    # a lean build without COPY_PTRS, same micro-tile
+    "_prefetch1_group_m8_lean_build1_lane_pairs1_copy_spread1_copy_ptrs1_whole_tiles0",
+    # a lean build without COPY_PTRS, same micro-tile, built for any shape
     "sgemm_bm256_bn128_bk8_split_k1_tm16_tn8_warps_m8_pad_a0_pad_b0_vec4_stages2_cp_async0_smem_opt_in0"
-    "_prefetch0_group_m1_lean_build1_lane_pairs1_copy_spread0_copy_ptrs0",
+    "_prefetch0_group_m1_lean_build1_lane_pairs1_copy_spread0_copy_ptrs0_whole_tiles0",
     # a cheap one
     "sgemm_bm64_bn64_bk16_split_k1_tm4_tn4_warps_m2_pad_a4_pad_b0_vec4_stages2_cp_async0_smem_opt_in0"
-    "_prefetch0_group_m1_lean_build0_lane_pairs0_copy_spread0_copy_ptrs0",
+    "_prefetch0_group_m1_lean_build0_lane_pairs0_copy_spread0_copy_ptrs0_whole_tiles0",
+    # the first, built for whole tiles: what a 4096 search compiles of it
+    "sgemm_bm128_bn256_bk8_split_k1_tm16_tn8_warps_m1_pad_a4_pad_b0_vec4_stages2_cp_async1_smem_opt_in0"
+    "_prefetch1_group_m8_lean_build1_lane_pairs1_copy_spread1_copy_ptrs1_whole_tiles1",
 )
 
 

@@ -213,7 +213,7 @@ def test_shipped_results_import_and_query_offline(tmp_path):
     assert "measurements added" in imported.stdout
     query = autotune("query", "--gpu", "h200", "--shape", "4096", "--db", db, "--json")
     rows = json.loads(query.stdout)
-    assert rows[0]["config"].startswith("sgemm_bm256_bn128_bk8") and rows[0]["config"].endswith("_lean_build1_lane_pairs0_copy_spread0_copy_ptrs0")
+    assert rows[0]["config"].startswith("sgemm_bm256_bn128_bk8") and rows[0]["config"].endswith("_lean_build1_lane_pairs0_copy_spread0_copy_ptrs0_whole_tiles0")
     assert 0.9 < rows[0]["ratio_to_cublas"] < 1.1
     half = json.loads(autotune("query", "--gpu", "h200", "--shape", "4096", "--dtype", "f16", "--db", db, "--json").stdout)
     assert half[0]["config"].startswith("hgemm_wgmma_") and 0.8 < half[0]["ratio_to_cublas"] < 1.0

@@ -26,7 +26,8 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.export.cuda import write_library
-from autotune.export.table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch, table_kernel
+from autotune.export.table import (DtypeTable, KernelTable, TableError, TableRule, spec_for_arch, table_kernel,
+                                   with_builds_for_any_shape)
 from autotune.problem import GemmProblem
 from autotune.space import load_space
 from autotune.tensor_map import (_DATA_TYPES, _INTERLEAVE_NONE, _L2_PROMOTION_256B, _OOB_FILL_ZEROS, SWIZZLES,
@@ -63,10 +64,12 @@ def _rule(m: int, n: int, k: int, kernel, others=()) -> TableRule:
 
 def _table(with_f16: bool = True) -> KernelTable:
     gpu = spec_for_arch("sm_90", "h200")
-    s128 = table_kernel("sgemm", _seed("sgemm", BM=128, BN=128, BK=8, PREFETCH=0, CP_ASYNC=0), gpu)
+    # s128 is built for whole tiles: shapes of partial ones get its build for any shape
+    s128 = table_kernel("sgemm", {**_seed("sgemm", BM=128, BN=128, BK=8, PREFETCH=0, CP_ASYNC=0), "WHOLE_TILES": 1}, gpu)
     s64 = table_kernel("sgemm", _seed("sgemm", BM=64, BN=64, TM=4), gpu)
     s_opt_in = table_kernel("sgemm", _seed("sgemm", SMEM_OPT_IN=1), gpu)
-    f32 = DtypeTable((s128, s64, s_opt_in), (
+    kernels = with_builds_for_any_shape({k.name: k for k in (s128, s64, s_opt_in)}, gpu)
+    f32 = DtypeTable(tuple(kernels.values()), (
         _rule(1024, 1024, 1024, s128, [s64]), _rule(4096, 4096, 4096, s_opt_in, [s128, s64]),
         _rule(2048, 1024, 1024, s64), _rule(1024, 2048, 1024, s128, [s_opt_in, s64]), _rule(256, 256, 256, s64, [s128]),
         _rule(16, 4096, 4096, s64, [s_opt_in])), gpu.sms)
@@ -213,7 +216,8 @@ def _shapes() -> list[tuple[int, int, int]]:
     rng = random.Random(7)
     shapes = [(1, 1, 1), (2048, 2048, 2048), (1448, 1448, 1024), (1024, 1448, 1448), (1000, 1000, 1000),
               (777, 1333, 555), (16, 4096, 4096), (128, 14336, 4096), (4096, 4096, 11008), (8192, 8192, 1024),
-              (2896, 2896, 2896), (65536, 1, 1), (512, 512, 512), (362, 362, 362), (2048, 2048, 1024)]
+              (2896, 2896, 2896), (65536, 1, 1), (512, 512, 512), (362, 362, 362), (2048, 2048, 1024),
+              (1024, 1024, 1024), (1024, 1024, 1000)]
     shapes += [tuple(int(2 ** rng.uniform(0, 15)) for _ in range(3)) for _ in range(300)]
     return shapes
 
@@ -227,6 +231,9 @@ def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
         assert picked.decode() == table.dtypes[dtype].pick(m, n, k).kernel, (dtype, m, n, k)
         chosen.add((picked.decode(), table.dtypes[dtype].pick(m, n, k).rule.kernel == picked.decode()))
     assert {kept for _, kept in chosen} == {True, False}  # some shapes get another kernel than the rule's fastest
+    if dtype == "f32":  # the kernel built for whole tiles where they are whole, its build for any shape elsewhere
+        whole = next(k for k in table.dtypes[dtype].kernels if k.any_shape)
+        assert {whole.name, whole.any_shape} <= {name for name, _ in chosen}
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])

@@ -32,14 +32,15 @@ def worker():
 
 
 def _sample_configs(space, gpu, count, seed=0):
-    """The seeds, ``count`` random feasible configs, and for every knob value no config has yet, one that has it."""
-    feasible = feasible_configs(space, gpu)
+    """The seeds, ``count`` random feasible configs, and for every knob value no config has yet, one that has it:
+    each in its build for any shape (``[specialize]`` knobs at 0; whole-tile builds have a test of their own)."""
+    feasible = list(dict.fromkeys(space.for_any_problem(c) for c in feasible_configs(space, gpu)))
     rng = random.Random(seed)
     configs = list(space.seeds) + rng.sample(feasible, min(count, len(feasible)))
     rng.shuffle(feasible)
     for knob, values in space.knobs.items():
         for value in values:
-            if not any(c[knob] == value for c in configs):
+            if knob not in space.specialized and not any(c[knob] == value for c in configs):
                 configs += [c for c in feasible if c[knob] == value][:1]
     return configs
 
@@ -186,6 +187,38 @@ def test_inner_loop_knobs_verify_at_odd_shapes(worker):
     ran = _ran_at_every_problem(configs, problems, outcomes)
     assert {c["COPY_SPREAD"] for c in ran} == {0, 1} and {c["LANE_PAIRS"] for c in ran} == {0, 1}
     assert {c["COPY_PTRS"] for c in ran} == {0, 1}
+
+
+# Shapes of whole tiles for every sgemm block tile (M a multiple of 256, N of 256): K whole tiles of 8, 16 and 32,
+# K = 1028 (a partial first k-tile where BK does not divide it) and K = 4 (one partial tile).
+WHOLE_TILE_SHAPES = [(768, 1280, 1028), (256, 512, 4096), (512, 256, 4), (1024, 768, 520)]
+
+
+def test_whole_tile_builds_verify_at_shapes_of_whole_tiles(worker):
+    """WHOLE_TILES 1 (the lean build only, C stored 16 bytes wide unchecked) against cuBLAS where the tiles are
+    whole, with beta 0 (C poisoned) and 0.5: the loop variants of the public design, every seed that is not
+    split, and random feasible unsplit configs, lean build or not."""
+    from autotune.gpus import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    space = load_space("sgemm")
+    if gpu.arch < 80:
+        pytest.skip("the variants use cp.async (sm_80)")
+    seed = next(s for s in space.seeds if s["COPY_SPREAD"] and s["LANE_PAIRS"] and s["CP_ASYNC"])
+    configs = [space.config({**seed.as_dict(), **changes}) for changes in INNER_LOOP_VARIANTS]
+    configs += [s for s in space.seeds if s["SPLIT_K"] == 1]
+    rng = random.Random(3)
+    unsplit = [c for c in feasible_configs(space, gpu) if c["WHOLE_TILES"] and c["SPLIT_K"] == 1]
+    configs += [c for lean in (0, 1) for c in rng.sample([c for c in unsplit if c["LEAN_BUILD"] == lean], 4)]
+    configs = list(dict.fromkeys(space.config({**c.as_dict(), "WHOLE_TILES": 1}) for c in configs))
+    problems = _both_betas(WHOLE_TILE_SHAPES, "f32")
+    configs = [c for c in configs if all(space.check(c, gpu, p).feasible for p in problems)]
+    assert {c["LEAN_BUILD"] for c in configs} == {0, 1} and {c["COPY_PTRS"] for c in configs} == {0, 1}
+    assert len(configs) >= 20
+    outcomes = _run_all(worker, space, gpu, configs, problems)
+    _assert_verified(outcomes)
+    ran = _ran_at_every_problem(configs, problems, outcomes)
+    assert {c["LEAN_BUILD"] for c in ran} == {0, 1} and {c["COPY_PTRS"] for c in ran} == {0, 1}
 
 
 def test_wrong_kernel_is_caught(worker):

@@ -29,6 +29,17 @@ def small_table(arch: str = "sm_90") -> KernelTable:
                        dtypes={"f32": DtypeTable((kernel("small", 32), kernel("large", 128)), rules)})
 
 
+def whole_tiles_table() -> KernelTable:
+    """One f32 kernel tuned at 4096^3, built for whole 128x256 tiles, and its build for any shape."""
+    whole = kernel("whole", 128)
+    whole = TableKernel(name="whole", family="sgemm", params={}, template_hash="0" * 16, any_shape="any",
+                        launch=LaunchContract(**{**whole.launch.__dict__, "grid": ("cdiv(N, 256)", "cdiv(M, 128)", "1"),
+                                                 "serves": "M % 128 + N % 256 + K % 4 == 0"}))
+    rules = (TableRule(4096, 4096, 4096, "whole", ms=2.7, cublas_ms=2.7, measured_on="NVIDIA H200"),)
+    return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
+                       dtypes={"f32": DtypeTable((kernel("any", 128), whole), rules)})
+
+
 def matrices(m, n, k, dtype=numpy.float32):
     return RNG.standard_normal((m, k)).astype(dtype), RNG.standard_normal((k, n)).astype(dtype)
 
@@ -50,6 +61,32 @@ def test_nearest_tuned_shape_picks_the_kernel_and_its_grid(runtime):
     assert device.calls[-1] == ("kernel", "large", (24, 16, 1))
     decision = rt.explain(a, b)
     assert decision.kernel.name == "large" and "nearest tuned shape 4096x4096x4096" in str(decision)
+
+
+def test_a_kernel_built_for_whole_tiles_runs_its_build_for_any_shape_elsewhere(tmp_path):
+    device = HostDevice()
+    path = tmp_path / "t.json"
+    whole_tiles_table().write(path, with_cubins=False)
+    rt = Runtime(device, (read_table(path), "test table"))
+    a, b = matrices(2048, 4096, 2048)
+    assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    assert device.calls[-1] == ("kernel", "whole", (16, 16, 1))
+    for m, n, k in ((2100, 4096, 2048), (2048, 4000, 2048), (2048, 4096, 2050)):
+        a, b = matrices(m, n, k)
+        assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        assert device.calls[-1][:2] == ("kernel", "any"), (m, n, k)
+        decision = rt.explain(a, b)
+        assert decision.kernel.name == "any" and "whole is built for whole tiles" in str(decision)
+        assert "2.7 ms there" in str(decision)  # the time measured for the build it stands for
+
+
+def test_a_table_kernel_for_some_shapes_must_name_a_build_for_any_shape(tmp_path):
+    data = whole_tiles_table().to_dict()
+    data["dtypes"]["f32"]["kernels"][1]["any_shape"] = "whole"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match="'whole' serves some shapes only"):
+        read_table(path)
 
 
 def test_alpha_beta_and_out(runtime):

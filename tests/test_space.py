@@ -165,7 +165,8 @@ def test_bad_knob_values_name_the_choices(sgemm):
 
 
 def test_a_config_recorded_before_a_knob_existed_gets_the_knobs_default(sgemm):
-    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1, "LANE_PAIRS": 0, "COPY_SPREAD": 0, "COPY_PTRS": 0}
+    assert sgemm.defaults == {"LEAN_BUILD": 0, "SPLIT_K": 1, "LANE_PAIRS": 0, "COPY_SPREAD": 0, "COPY_PTRS": 0,
+                              "WHOLE_TILES": 0}
     old = {knob: value for knob, value in sgemm.seeds[0].as_dict().items() if knob not in sgemm.defaults}
     assert {knob: sgemm.config(old)[knob] for knob in sgemm.defaults} == sgemm.defaults
     assert sgemm.config({**old, "LEAN_BUILD": 1})["LEAN_BUILD"] == 1
@@ -345,3 +346,84 @@ def test_register_estimate_of_cp_async_with_prefetch(sgemm):
     wide = _with(sgemm, seed, BM=128, BN=256, BK=16, TM=16, TN=4, WARPS_M=4, VEC=4, SMEM_OPT_IN=1)
     assert sgemm.check(wide, H200).values["THREADS"] == 512
     assert "16x4 micro-tile with register prefetch and 512 threads" in sgemm.check(wide, H200).reason
+
+
+# -- knobs the problem sets ([specialize]) ---------------------------------------------------------------
+
+
+def test_whole_tiles_is_built_only_for_problems_of_whole_tiles(sgemm):
+    """WHOLE_TILES 1 is valid where M and N are multiples of the block tile and K of VEC, unsplit; 0 anywhere."""
+    base = _public_design(sgemm)  # 128x256 tiles, VEC 4
+    whole, anywhere = _with(sgemm, base, WHOLE_TILES=1), _with(sgemm, base, WHOLE_TILES=0)
+    for shape in ("4096", "128x256x4", "256x512x1028"):
+        assert sgemm.check(whole, H200, make_problem(shape, "f32")).feasible, shape
+    for shape in ("4000x4096x4096", "4096x4000x4096", "4096x4096x4098", "1x4096x14336"):
+        verdict = sgemm.check(whole, H200, make_problem(shape, "f32"))
+        assert not verdict.feasible and "WHOLE_TILES 1 builds the kernel" in verdict.reason, shape
+    for shape in ("4096", "4000x4096x4098"):
+        assert sgemm.check(anywhere, H200, make_problem(shape, "f32")).feasible, shape
+    assert sgemm.check(whole, H200).feasible  # without a problem: a GPU can run it on some
+
+
+def test_a_search_tries_each_config_in_the_build_its_problem_sets(sgemm):
+    base = _public_design(sgemm)
+    at_4096, at_4000 = make_problem("4096", "f32"), make_problem("4000x4096x4096", "f32")
+    assert sgemm.for_problem(base, H200, at_4096)["WHOLE_TILES"] == 1
+    assert sgemm.for_problem(_with(sgemm, base, WHOLE_TILES=1), H200, at_4000)["WHOLE_TILES"] == 0
+    split = _with(sgemm, base, BM=16, TM=4, TN=4, WARPS_M=1, SPLIT_K=4, STAGES=3, PREFETCH=0, COPY_SPREAD=0,
+                  LEAN_BUILD=0, LANE_PAIRS=0)
+    assert sgemm.for_problem(split, H200, at_4096)["WHOLE_TILES"] == 0  # split over K: never whole tiles
+    assert sgemm.is_specialized_for(_with(sgemm, base, WHOLE_TILES=1), H200, at_4096)
+    assert not sgemm.is_specialized_for(_with(sgemm, base, WHOLE_TILES=0), H200, at_4096)
+    assert sgemm.for_any_problem(_with(sgemm, base, WHOLE_TILES=1)) == _with(sgemm, base, WHOLE_TILES=0)
+
+
+def test_a_search_draws_whole_tile_builds_where_the_problem_has_whole_tiles(sgemm):
+    from autotune.draws import FeasibleDraws
+
+    for shape, whole in (("4096", {0, 1}), ("4001x4096x4096", {0}), ("4096x4001x4096", {0})):
+        problem = make_problem(shape, "f32")
+        draws = FeasibleDraws(sgemm, H200, problem, seed=1)
+        opening = draws.opening(40)
+        assert all(sgemm.check(c, H200, problem).feasible for c in opening)
+        assert all(c["WHOLE_TILES"] == int(c["SPLIT_K"] == 1 and sgemm.check(_with(sgemm, c, WHOLE_TILES=1), H200,
+                                                                            problem).feasible) for c in opening)
+        assert {c["WHOLE_TILES"] for c in opening} == whole, shape
+        seeds = [c for c in opening if sgemm.for_any_problem(c) in set(sgemm.seeds)]
+        assert len(seeds) >= len(sgemm.seeds) - 6, shape  # the seeds, in their build for the problem
+
+
+def _specialize_file(tmp_path, knob_values="[0, 1]", default="0", expression="problem.m % A == 0"):
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        'family = "spec"\ndtype = "f32"\ntemplate = "sgemm.cu.j2"\n'
+        f'[knobs]\nA = [16, 32]\nW = {knob_values}\n[defaults]\nW = {default}\n'
+        '[launch]\nblock = "32"\ngrid_x = "cdiv(problem.n, A)"\ngrid_y = "1"\nsmem_bytes = "0"\nopt_in = "0"\n'
+        'dynamic_smem = "0"\n'
+        f'[specialize]\nW = "{expression}"\n'
+    )
+    return path
+
+
+def test_a_specialized_knob_is_read_from_the_space_file(tmp_path):
+    from autotune.export.contract import contract_for
+
+    space = SearchSpace(_specialize_file(tmp_path))
+    config = space.config({"A": 32, "W": 1})
+    assert space.check(config, H200, make_problem("64x10x10", "f32")).feasible
+    assert not space.check(config, H200, make_problem("48x10x10", "f32")).feasible
+    launch = contract_for(space, config, H200)
+    assert launch.serves == "(M % 32 == 0)"
+    assert launch.serves_shape(64, 5, 5) and not launch.serves_shape(48, 5, 5)
+    assert contract_for(space, space.config({"A": 32, "W": 0}), H200).serves == "1"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"knob_values": "[0, 1, 2]"}, "expected a knob of values \\[0, 1\\] with default 0"),
+    ({"default": "1"}, "expected a knob of values"),
+    ({"expression": "A == 16"}, "does not read the problem"),
+    ({"expression": "problem.m % B == 0"}, "'B'"),
+])
+def test_a_bad_specialized_knob_is_one_line_naming_it(tmp_path, changes, message):
+    with pytest.raises(SpaceError, match=message):
+        SearchSpace(_specialize_file(tmp_path, **changes))

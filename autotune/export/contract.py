@@ -3,7 +3,9 @@
 Every kernel autotune builds takes ``(const T* A, const T* B, T* C, int M,
 int N, int K, float alpha, float beta)``, row-major, followed by its TMA tensor
 maps (each a 128-byte ``CUtensorMap`` passed by value, encoded for the launch's
-operands, see :mod:`autotune.tensor_map`). The contract says the block size,
+operands, see :mod:`autotune.tensor_map`). The contract says the shapes the kernel is
+built for (``serves``: every shape, or, for a build specialized to whole tiles, those
+where its expression holds), the block size,
 the dynamic shared memory (and whether the kernel must opt in to more than
 48 KB), the tensor maps, and the grid, and the k-tiles a block runs through (what the selection table's
 time scaling counts, :mod:`autotune.scaling`).
@@ -56,6 +58,12 @@ class LaunchContract:
     opt_in: bool  # raise the kernel's dynamic shared-memory limit to dynamic_smem before launching
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     k_tiles: str = "K"  # expression over M, N, K: the k-tiles each block runs through
+    serves: str = "1"  # expression over M, N, K: nonzero for the shapes the kernel is built for (1: any)
+
+    def serves_shape(self, m: int, n: int, k: int) -> bool:
+        """Whether the kernel is built for an ``m x n x k`` problem (a build for whole tiles is not
+        built for the others; see ``[specialize]`` in :mod:`autotune.space`)."""
+        return self.serves == "1" or bool(self._serves_function(m, n, k))
 
     def grid_for(self, m: int, n: int, k: int) -> tuple[int, int, int]:
         """The grid of a launch on an ``m x n x k`` problem."""
@@ -75,6 +83,10 @@ class LaunchContract:
         return _compiled(f"({', '.join(self.grid)},)", f"<grid of {self.entry}>")
 
     @functools.cached_property
+    def _serves_function(self) -> Callable[[int, int, int], int]:
+        return _compiled(self.serves, f"<shapes served by {self.entry}>")
+
+    @functools.cached_property
     def _k_tiles_function(self) -> Callable[[int, int, int], int]:
         return _compiled(self.k_tiles, f"<k-tiles of {self.entry}>")
 
@@ -85,6 +97,7 @@ class LaunchContract:
             "block": list(self.block),
             "grid": list(self.grid),
             "k_tiles": self.k_tiles,
+            "serves": self.serves,
             "dynamic_smem": self.dynamic_smem,
             "opt_in": self.opt_in,
             "tensor_maps": [{"name": t.name, "operand": t.operand, "box": list(t.box), "swizzle": t.swizzle}
@@ -99,7 +112,8 @@ class LaunchContract:
         if len(grid) != 3 or len(block) != 3:
             raise ValueError("grid and block need three sides each")
         k_tiles = str(data.get("k_tiles", "K"))  # tables written before it: every k-tile counts alike
-        for text in (*grid, k_tiles):
+        serves = str(data.get("serves", "1"))  # tables written before it hold builds for any shape
+        for text in (*grid, k_tiles, serves):
             check_expression(text)
         if not str(data["entry"]).isidentifier():
             raise ValueError(f"entry {data['entry']!r} is not an identifier")
@@ -107,7 +121,7 @@ class LaunchContract:
                                    int(t["swizzle"])) for t in data.get("tensor_maps", []))
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
                    dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
-                   k_tiles=k_tiles)
+                   k_tiles=k_tiles, serves=serves)
 
 
 def _compiled(expression: str, name: str) -> Callable:
@@ -135,9 +149,12 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
     # A space file may say what a block runs through where it is not its share of one tile's k-tiles
     # ([launch] k_tiles: a persistent kernel's blocks walk several tiles).
     k_tiles = specialize(str(launch_text.get("k_tiles", K_TILES)), {"BK": 1, "SPLIT_K": 1, **names}, gpu)
+    # A build specialized to some problems ([specialize] knobs at 1) serves those where each expression holds.
+    serves = [specialize(expression.text, names, gpu)
+              for knob, expression in space.specialized.items() if names[knob]]
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
                           dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
-                          k_tiles=k_tiles)
+                          k_tiles=k_tiles, serves=" * ".join(f"({text})" for text in serves) if serves else "1")
 
 
 def specialize(text: str, names: dict[str, Any], gpu: GpuSpec) -> str:

@@ -87,7 +87,7 @@ def library_context(table: KernelTable) -> dict[str, Any]:
         "version": __version__, "created_at": _comment_text(table.created_at), "source": _comment_text(table.source),
         "measured_on": _comment_text(", ".join(table.measured_on)),
         "has_f32": bool(dtypes[0]["rules"]), "has_f16": bool(dtypes[1]["rules"]),
-        "kernels": [_kernel_context(kernel) for kernel in kernels], "dtypes": dtypes,
+        "kernels": [_kernel_context(kernel, index) for kernel in kernels], "dtypes": dtypes,
     }
 
 
@@ -116,7 +116,7 @@ def _comment_text(text: str) -> str:
     return text.replace("*/", "* /")
 
 
-def _kernel_context(kernel: TableKernel) -> dict[str, Any]:
+def _kernel_context(kernel: TableKernel, index: dict[str, int]) -> dict[str, Any]:
     launch = kernel.launch
     if not launch.entry.isidentifier() or not kernel.name.isidentifier():
         raise TableError(f"kernel {kernel.name!r} (entry {launch.entry!r}) is not a C identifier")
@@ -131,6 +131,7 @@ def _kernel_context(kernel: TableKernel) -> dict[str, Any]:
     return {
         **dataclasses.asdict(launch), "name": kernel.name, "family": kernel.family,
         "grid": [to_c(side) for side in launch.grid], "k_tiles": to_c(launch.k_tiles), "opt_in": int(launch.opt_in),
+        "serves": to_c(launch.serves), "any_shape": index[kernel.any_shape] if kernel.any_shape else -1,
         "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
                          "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
                         for spec in launch.tensor_maps],

@@ -2,7 +2,9 @@
 
 A :class:`KernelTable` holds, for one GPU (or every GPU of one architecture)
 and each dtype, the kernels the selection table chose (at most 16, each with
-its launch contract and, once compiled, its cubin) and the rules that map a
+its launch contract and, once compiled, its cubin; a kernel built for whole
+tiles brings its build for any shape, launched where the shape has partial
+tiles) and the rules that map a
 shape to one of them: the tuned shapes, each with the times of those kernels
 measured there and its measured quality. A shape gets, of the kernels measured
 at the nearest tuned shape, the one whose time there scaled by the change in
@@ -68,12 +70,14 @@ class TableKernel:
     launch: LaunchContract
     resources: Resources | None = None
     cubin: bytes | None = None
+    any_shape: str | None = None  # a build for some shapes only: the table's build of it for any shape
 
     def to_dict(self, with_cubin: bool) -> dict[str, Any]:
         data = {
             "name": self.name, "family": self.family, "params": self.params, "template_hash": self.template_hash,
             "launch": self.launch.to_dict(),
             "resources": dataclasses.asdict(self.resources) if self.resources else None,
+            "any_shape": self.any_shape,
         }
         if with_cubin and self.cubin is not None:
             data["cubin_base64"] = base64.b64encode(self.cubin).decode()
@@ -87,7 +91,8 @@ class TableKernel:
         return cls(name=str(data["name"]), family=str(data["family"]),
                    params={str(k): int(v) for k, v in data["params"].items()},
                    template_hash=str(data["template_hash"]), launch=LaunchContract.from_dict(data["launch"]),
-                   resources=Resources(**data["resources"]) if data.get("resources") else None, cubin=cubin)
+                   resources=Resources(**data["resources"]) if data.get("resources") else None, cubin=cubin,
+                   any_shape=str(data["any_shape"]) if data.get("any_shape") else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +149,11 @@ class TablePick:
 
     rule: TableRule
     kernel: str
+    measured: str = ""  # the kernel of the rule's times it was chosen as: itself, or one built for whole tiles
+
+    def __post_init__(self):
+        if not self.measured:
+            object.__setattr__(self, "measured", self.kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +187,11 @@ class DtypeTable:
         def work(name: str, at: tuple[int, int, int]) -> int:
             return contracts[name].work(*at, self.sms)
 
-        return TablePick(rule, fastest(rule.times, work, (rule.m, rule.n, rule.k), (m, n, k)))
+        measured = self.kernel(fastest(rule.times, work, (rule.m, rule.n, rule.k), (m, n, k)))
+        chosen = measured
+        if not measured.launch.serves_shape(m, n, k):  # built for whole tiles, say: its build for any shape
+            chosen = self.kernel(measured.any_shape)  # type: ignore[arg-type]
+        return TablePick(rule, chosen.name, measured.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +248,11 @@ class KernelTable:
                 missing = [name for r in rules for name, _ in r.times if name not in names]
                 if missing:
                     raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
+                for kernel in kernels:
+                    if kernel.launch.serves != "1" and kernel.any_shape not in {k.name for k in kernels
+                                                                                if k.launch.serves == "1"}:
+                        raise ValueError(f"kernel {kernel.name!r} serves some shapes only and its any_shape "
+                                         f"{kernel.any_shape!r} is not a kernel of the table built for any shape")
                 sms = int(table.get("sms", 1))  # version 1: one time per rule, so the SM count never matters
                 if sms < 1:
                     raise ValueError(f"sms {sms} (expected >= 1)")
@@ -280,11 +299,26 @@ def spec_for_arch(arch: str, gpu_key: str | None = None) -> GpuSpec:
 
 
 def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec) -> TableKernel:
-    """A table kernel for a recorded config (the family must be one autotune ships)."""
+    """A table kernel for a recorded config (the family must be one autotune ships); a build for some
+    shapes only names its build for any shape (:func:`with_builds_for_any_shape` adds that one)."""
     space = load_space(family)
     config = space.config(params)
+    launch = contract_for(space, config, gpu)
+    any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
     return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
-                       launch=contract_for(space, config, gpu))
+                       launch=launch, any_shape=any_shape)
+
+
+def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> dict[str, TableKernel]:
+    """``kernels`` and, for each built for some shapes only, its build for any shape: what the table
+    launches on the shapes that one is not built for."""
+    twins = {}
+    for kernel in kernels.values():
+        if kernel.any_shape and kernel.any_shape not in kernels:
+            space = load_space(kernel.family)
+            twin = space.for_any_problem(space.config(kernel.params))
+            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu)
+    return {**kernels, **twins}
 
 
 def compile_table_kernel(kernel: TableKernel, arch: str) -> TableKernel:
@@ -335,7 +369,7 @@ def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: st
                            measured_on=rule.measured_on, held_out_fraction_of_best=quality.get(rule.problem),
                            best_ms=rule.best_ms, times=tuple((kernels[name].name, ms) for name, ms in rule.times))
                  for rule in selection.rules]
-        unique = {kernel.name: kernel for kernel in kernels.values()}
+        unique = with_builds_for_any_shape({kernel.name: kernel for kernel in kernels.values()}, spec)
         dtype_tables[dtype] = DtypeTable(tuple(unique[name] for name in sorted(unique)),
                                          tuple(sorted(rules, key=lambda r: (r.m * r.n * r.k, (r.m, r.n, r.k)))),
                                          spec.sms)

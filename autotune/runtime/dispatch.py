@@ -99,10 +99,12 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     pick = dtype_table.pick(m, n, k)
     rule, kernel = pick.rule, dtype_table.kernel(pick.kernel)
     if (rule.m, rule.n, rule.k) == shape:
-        why = f"tuned at this shape ({_quality(rule, pick.kernel)})"
+        why = f"tuned at this shape ({_quality(rule, pick.measured)})"
     else:
         why = (f"chosen at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} for its work here "
-               f"({_quality(rule, pick.kernel)})")
+               f"({_quality(rule, pick.measured)})")
+    if pick.measured != pick.kernel:
+        why += f"; {pick.measured} is built for whole tiles, this is its build for any shape"
     return Decision(dtype, shape, kernel, rule, why, choice.note)
 
 

@@ -69,6 +69,8 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
             best_ms = predicted;
         }
     }
+    if (!autotune_gemm_kernels[best].serves(m, n, k)) /* built for whole tiles, say: its build for any shape */
+        best = autotune_gemm_kernels[best].any_shape;
     return best;
 }
 

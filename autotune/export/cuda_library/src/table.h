@@ -24,6 +24,8 @@ typedef struct autotune_kernel {
     int opt_in;                /* raise the kernel's dynamic shared-memory limit to dynamic_smem first */
     void (*grid)(int64_t M, int64_t N, int64_t K, int64_t grid[3]);
     int64_t (*k_tiles)(int64_t M, int64_t N, int64_t K); /* the k-tiles each block runs through */
+    int (*serves)(int64_t M, int64_t N, int64_t K);      /* nonzero for the shapes it is built for */
+    int any_shape; /* built for some shapes only (whole tiles): its build for any shape; else -1 */
     int tensor_map_count;
     const autotune_tensor_map_spec* tensor_maps;
 } autotune_kernel;
