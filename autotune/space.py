@@ -358,6 +358,15 @@ class SearchSpace:
         search on ``problem`` tries (a search never chooses those knobs)."""
         return not self.specialized or self.for_problem(config, gpu, problem) == config
 
+    def unbuilt_for(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> str | None:
+        """Why ``config`` is not built for ``problem`` (a ``[specialize]`` knob at 1 whose expression
+        does not hold there), or None: such a kernel must not run on it."""
+        names = self.values(config, gpu, problem)
+        for knob, expression in self.specialized.items():
+            if names[knob] and not expression(names):
+                return f"{config.name} is built for problems where [specialize] {knob} holds, not {problem.shape}"
+        return None
+
     def for_any_problem(self, config: Config) -> Config:
         """``config`` built for any problem: each ``[specialize]`` knob at 0."""
         if not self.specialized:

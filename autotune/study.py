@@ -686,6 +686,9 @@ def kernel_task(space: SearchSpace, config: Config, compiled: CompiledKernel | C
     """The GPU task that verifies and times a compiled config, or why it cannot run."""
     if isinstance(compiled, CompileFailure):
         return Failure(FailureClass.COMPILE_ERROR.value, compiled.message)
+    unbuilt = space.unbuilt_for(config, gpu, problem)
+    if unbuilt:
+        return Failure(FailureClass.LAUNCH_ERROR.value, unbuilt)
     launch = space.launch(config, gpu, problem)
     expected = argument_bytes(launch.tensor_maps)
     taken = parameter_sizes(compiled.cubin, compiled.entry)

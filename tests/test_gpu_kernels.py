@@ -120,7 +120,8 @@ SMALL_M_SHAPES = [
 def _small_m_configs(space, gpu):
     """The split-K and small-M seeds; for every split factor and tile height of 16, 32 and 64 rows two random
     feasible configs; and split-K configs with every value of the knobs that pick the main loop and block order."""
-    feasible = [c for c in feasible_configs(space, gpu) if c["SPLIT_K"] > 1 or c["BM"] <= 32]
+    feasible = [c for c in dict.fromkeys(space.for_any_problem(c) for c in feasible_configs(space, gpu))
+                if c["SPLIT_K"] > 1 or c["BM"] <= 32]
     rng = random.Random(2)
     configs = [s for s in space.seeds if s["SPLIT_K"] > 1 or s["BM"] <= 32]
     for split in space.knobs["SPLIT_K"]:

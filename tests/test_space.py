@@ -427,3 +427,21 @@ def test_a_specialized_knob_is_read_from_the_space_file(tmp_path):
 def test_a_bad_specialized_knob_is_one_line_naming_it(tmp_path, changes, message):
     with pytest.raises(SpaceError, match=message):
         SearchSpace(_specialize_file(tmp_path, **changes))
+
+
+def test_a_whole_tile_build_is_never_launched_on_a_shape_it_is_not_built_for(sgemm):
+    """Whatever names it (a config given by hand, a stale record), the task that would launch a build for
+    whole tiles on a shape of partial ones is a launch failure naming both, not a fault on the GPU."""
+    from autotune.compile import CompiledKernel
+    from autotune.errors import FailureClass
+    from autotune.records import Failure, Resources
+    from autotune.study import kernel_task
+
+    whole = _with(sgemm, _public_design(sgemm), WHOLE_TILES=1)
+    compiled = CompiledKernel(whole.name, "sm_90", b"", Resources(128, 0, 0, 0, 0, 0), "")
+    odd = make_problem("4000x4096x4096", "f32")
+    task = kernel_task(sgemm, whole, compiled, H200, odd, seed=1, warmup=1, repeats=1)
+    assert isinstance(task, Failure) and task.failure_class == FailureClass.LAUNCH_ERROR.value
+    assert task.message == f"{whole.name} is built for problems where [specialize] WHOLE_TILES holds, not 4000x4096x4096"
+    assert sgemm.unbuilt_for(whole, H200, make_problem("4096", "f32")) is None
+    assert sgemm.unbuilt_for(sgemm.for_any_problem(whole), H200, odd) is None
