@@ -51,13 +51,16 @@ class FeasibleDraws:
         self._feasible: dict[tuple, bool] = {}
         self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
 
+    def set_up(self, values: dict[str, int]) -> Config:
+        """The config of these knob values with its ``[specialize]`` knobs as the problem sets them (a
+        search never chooses those)."""
+        return self.space.for_problem(self.space.config(values), self.gpu, self.problem)
+
     def feasible(self, config: Config) -> bool:
-        """Whether ``config`` passes the static rules and has its ``[specialize]`` knobs as the problem
-        sets them (each config checked once)."""
+        """Whether ``config`` passes the static rules (each config checked once)."""
         key = config.params
         if key not in self._feasible:
-            self._feasible[key] = (self.space.check(config, self.gpu, self.problem).feasible
-                                   and self.space.is_specialized_for(config, self.gpu, self.problem))
+            self._feasible[key] = self.space.check(config, self.gpu, self.problem).feasible
             if not self._feasible[key]:
                 self.rejected += 1
         return self._feasible[key]
@@ -66,12 +69,14 @@ class FeasibleDraws:
         """A uniformly random feasible config that is not taken, or None when there is none."""
         if self._listed is None:
             for _ in range(MAX_RANDOM_DRAWS):
-                values = {knob: self.rng.choice(choices) for knob, choices in self.space.knobs.items()}
-                config = self.space.config(values)
+                config = self.set_up({knob: self.rng.choice(choices) for knob, choices in self.space.knobs.items()
+                                      if knob not in self.space.specialized})
                 if config.name not in taken and self.feasible(config):
                     return config
-            self._listed = [config for config in feasible_configs(self.space, self.gpu, self.problem)
-                            if self.space.is_specialized_for(config, self.gpu, self.problem)]
+            # both builds of a config pass the rules where the problem has whole tiles: the one it sets, once
+            listed = (self.space.for_problem(c, self.gpu, self.problem)
+                      for c in feasible_configs(self.space, self.gpu, self.problem))
+            self._listed = list(dict.fromkeys(listed))
         left = [config for config in self._listed if config.name not in taken]
         return self.rng.choice(left) if left else None
 
@@ -80,8 +85,7 @@ class FeasibleDraws:
         each set up for the problem (:meth:`SearchSpace.for_problem`) and tried once, where the static rules
         admit them."""
         names = set()
-        for config in (*self.warm_start, *self.space.seeds):
-            config = self.space.for_problem(config, self.gpu, self.problem)
+        for config in (self.set_up(c.as_dict()) for c in (*self.warm_start, *self.space.seeds)):
             if config.name not in names and self.feasible(config):
                 names.add(config.name)
                 yield config

@@ -88,7 +88,8 @@ class Proposer(FeasibleDraws):
         super().__init__(space, gpu, problem, seed, warm_start)
         self.n_startup = n_startup
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
-        self.varying = {knob: d for knob, d in self.distributions.items() if len(d.choices) > 1}
+        self.varying = {knob: d for knob, d in self.distributions.items()  # what TPE chooses: not what the problem sets
+                        if len(d.choices) > 1 and knob not in space.specialized}
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup)
         self.learned: set[str] = set()  # configs TPE proposed from the study's results (the others were fixed or drawn)
@@ -109,13 +110,13 @@ class Proposer(FeasibleDraws):
             params = self.sampler.propose(study, trials + liars, self.varying,
                                           lambda values: self._admissible(values, taken))
             if params is not None:
-                config = self.space.config({**self.fixed, **params})
+                config = self.set_up({**self.fixed, **params})
                 self.learned.add(config.name)
                 return config
         return self.random(taken)
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:
-        config = self.space.config({**self.fixed, **values})
+        config = self.set_up({**self.fixed, **values})
         return config.name not in taken and self.feasible(config)
 
     def _liar(self, config: Config) -> FrozenTrial:

@@ -139,7 +139,7 @@ class SelectionTable:
         def work(name: str, at: Shape) -> int:
             return _contract(kernels[name], self.gpu).work(*at, self.gpu.sms)
 
-        return Pick(rule, _launched(kernels[scaling.fastest(rule.times, work, rule.shape, shape)], shape, self.gpu))
+        return Pick(rule, _launched(kernels[scaling.fastest(rule.times, work, rule.shape, shape)], problem, self.gpu))
 
 
 def nearest(items, shape: tuple[int, int, int], shape_of):
@@ -310,14 +310,12 @@ def _builds(kernel: Kernel, gpu: GpuSpec) -> bool:
     return True
 
 
-def _launched(kernel: Kernel, shape: Shape, gpu: GpuSpec) -> Kernel:
-    """The build of ``kernel`` launched on ``shape``: itself, or, where it is built for other shapes only
-    (whole tiles), its build for any shape."""
-    if _contract(kernel, gpu).serves_shape(*shape):
-        return kernel
+def _launched(kernel: Kernel, problem: GemmProblem, gpu: GpuSpec) -> Kernel:
+    """The build of ``kernel`` launched on ``problem`` (:meth:`SearchSpace.build_for`)."""
     space = load_space(kernel.family)
-    config = space.for_any_problem(space.config(kernel.params))
-    return Kernel(config.name, kernel.family, config.as_dict())
+    config = space.config(kernel.params)
+    build = space.build_for(config, gpu, problem)
+    return kernel if build == config else Kernel(build.name, kernel.family, build.as_dict())
 
 
 def _contract(kernel: Kernel, gpu: GpuSpec) -> LaunchContract:

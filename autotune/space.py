@@ -353,11 +353,6 @@ class SearchSpace:
         values = {knob: int(bool(expression(names))) for knob, expression in self.specialized.items()}
         return self.config({**config.as_dict(), **values})
 
-    def is_specialized_for(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> bool:
-        """Whether ``config``'s ``[specialize]`` knobs are as ``problem`` sets them: the configs a
-        search on ``problem`` tries (a search never chooses those knobs)."""
-        return not self.specialized or self.for_problem(config, gpu, problem) == config
-
     def unbuilt_for(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> str | None:
         """Why ``config`` is not built for ``problem`` (a ``[specialize]`` knob at 1 whose expression
         does not hold there), or None: such a kernel must not run on it."""
@@ -366,6 +361,11 @@ class SearchSpace:
             if names[knob] and not expression(names):
                 return f"{config.name} is built for problems where [specialize] {knob} holds, not {problem.shape}"
         return None
+
+    def build_for(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> Config:
+        """The build of ``config`` that runs on ``problem``: itself, or where it is built for other problems
+        only (``[specialize]`` knobs at 1), its build for any problem."""
+        return config if self.unbuilt_for(config, gpu, problem) is None else self.for_any_problem(config)
 
     def for_any_problem(self, config: Config) -> Config:
         """``config`` built for any problem: each ``[specialize]`` knob at 0."""

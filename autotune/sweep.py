@@ -221,7 +221,7 @@ class Sweep:
         pairs, earlier, infeasible = [], 0, 0
         for problem in self.problems:
             measured = measured_configs(self.store, self.gpu.key, problem, self.space)
-            for config in (self._build_for(config, problem) for config in configs):
+            for config in (self.space.build_for(config, self.gpu, problem) for config in configs):
                 if not self.space.check(config, self.gpu, problem).feasible:
                     infeasible += 1
                 elif config.name in measured:
@@ -251,13 +251,6 @@ class Sweep:
             self._progress.measured_now += 1
             self._report()
         return CrossOutcome(len(configs), measured, failed, earlier, infeasible), True
-
-    def _build_for(self, config: Config, problem: GemmProblem) -> Config:
-        """The build of ``config`` that a table launches on ``problem``: itself where the rules admit it,
-        else its build for any problem (a kernel built for whole tiles, on a shape of partial ones)."""
-        if self.space.check(config, self.gpu, problem).feasible:
-            return config
-        return self.space.for_any_problem(config)
 
     def _top_configs(self) -> list[Config]:
         """The ``top`` fastest distinct configs of each source shape's study (``cross_from``, else the

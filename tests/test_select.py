@@ -229,3 +229,23 @@ def test_a_shape_gets_the_kernel_whose_time_scales_best_from_the_nearest_tuned_s
     f32 = build_table(store, ("f32",), gpu="h200").dtypes["f32"]  # the exported table picks alike
     assert f32.sms == H200.sms and f32.pick(1152, 2048, 4096).kernel == small.name
     assert f32.pick(1024, 2048, 4096).kernel == large.name
+
+
+def test_a_kernel_built_for_whole_tiles_is_picked_as_its_build_for_any_shape_where_tiles_are_partial(tmp_path):
+    """Held-out quality judges what a table would launch: at a shape of partial tiles that is the any-shape
+    build of a kernel tuned at a shape of whole ones, whose measurement there counts."""
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    space = load_space("sgemm")
+    tuned, partial = _square(4096), GemmProblem(4000, 4000, 4000)
+    whole = space.for_problem(_config(128), H200, tuned)
+    assert whole["WHOLE_TILES"] == 1
+    _add(store, tuned, whole, 2.7)
+    _add(store, partial, space.for_any_problem(whole), 2.6)
+
+    table, results = build(store, H200, "h200", "f32")
+    assert table.pick(tuned).kernel.name == whole.name
+    pick = table.pick(partial, exclude=partial)
+    assert pick.rule.problem == tuned and pick.kernel.name == space.for_any_problem(whole).name
+    report = {h.problem: h for h in held_out(table, results)}
+    assert report[partial].config_name == space.for_any_problem(whole).name
+    assert report[partial].fraction_of_best == 1.0  # measured there: its build for any shape is that shape's best

@@ -373,8 +373,11 @@ def test_a_search_tries_each_config_in_the_build_its_problem_sets(sgemm):
     split = _with(sgemm, base, BM=16, TM=4, TN=4, WARPS_M=1, SPLIT_K=4, STAGES=3, PREFETCH=0, COPY_SPREAD=0,
                   LEAN_BUILD=0, LANE_PAIRS=0)
     assert sgemm.for_problem(split, H200, at_4096)["WHOLE_TILES"] == 0  # split over K: never whole tiles
-    assert sgemm.is_specialized_for(_with(sgemm, base, WHOLE_TILES=1), H200, at_4096)
-    assert not sgemm.is_specialized_for(_with(sgemm, base, WHOLE_TILES=0), H200, at_4096)
+    whole = _with(sgemm, base, WHOLE_TILES=1)
+    assert sgemm.for_problem(whole, H200, at_4096) == whole
+    assert sgemm.for_problem(_with(sgemm, base, WHOLE_TILES=0), H200, at_4096) != _with(sgemm, base, WHOLE_TILES=0)
+    assert sgemm.build_for(whole, H200, at_4096) == whole  # what runs on a shape: the build for it, or for any
+    assert sgemm.build_for(whole, H200, at_4000) == _with(sgemm, base, WHOLE_TILES=0)
     assert sgemm.for_any_problem(_with(sgemm, base, WHOLE_TILES=1)) == _with(sgemm, base, WHOLE_TILES=0)
 
 

@@ -248,9 +248,9 @@ class KernelTable:
                 missing = [name for r in rules for name, _ in r.times if name not in names]
                 if missing:
                     raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
+                for_any_shape = {k.name for k in kernels if k.launch.serves == "1"}
                 for kernel in kernels:
-                    if kernel.launch.serves != "1" and kernel.any_shape not in {k.name for k in kernels
-                                                                                if k.launch.serves == "1"}:
+                    if kernel.launch.serves != "1" and kernel.any_shape not in for_any_shape:
                         raise ValueError(f"kernel {kernel.name!r} serves some shapes only and its any_shape "
                                          f"{kernel.any_shape!r} is not a kernel of the table built for any shape")
                 sms = int(table.get("sms", 1))  # version 1: one time per rule, so the SM count never matters
