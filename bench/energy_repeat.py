@@ -15,8 +15,8 @@ import statistics
 
 from recorded import add_problem_arguments, best_recorded
 
+from autotune.gpu.worker import EnergyTask
 from autotune.records import Failure
-from autotune.worker import EnergyTask
 
 
 def spread(values: list[float]) -> float:

@@ -5,7 +5,7 @@
 // For 20 shapes per dtype (square, odd, tall, wide, long K, LLM-like): random normal A, B and C drawn
 // fresh per shape; the library's GEMM with beta 0 on a NaN-poisoned C and with beta 0.5 on a random C,
 // every element compared with cublasGemmEx in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the same inputs
-// widened to fp32, within autotune/measure.py's error_bound (tol 2: 2 K 2^-23 (|alpha| |A||B| + |beta C|),
+// widened to fp32, within autotune/gpu/measure.py's error_bound (tol 2: 2 K 2^-23 (|alpha| |A||B| + |beta C|),
 // plus 2 2^-11 (|ref| + |beta C|) + 2 2^-24 for fp16 output). Then both are timed like
 // measure.time_launches: the L2 flushed by a memset before each start event (it keeps the GPU busy
 // while the host submits the launch), CUDA events around each launch, the median of 30. The timed

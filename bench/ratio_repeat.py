@@ -15,23 +15,22 @@ medians, the range of the per-round ratios and the pooled ratio of each order.
 from __future__ import annotations
 
 import argparse
-import statistics
-
 import contextlib
 import re
+import statistics
 from collections.abc import Iterator
 
 from recorded import add_problem_arguments, best_recorded
 
-from autotune.compile import compile_kernel
+from autotune.build.compile import compile_kernel
+from autotune.build.render import render
 from autotune.errors import InputError
-from autotune.gpus import GPUS
+from autotune.gpu.worker import CublasTask, GpuWorker
+from autotune.gpu_specs import GPUS
 from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.render import render
-from autotune.space import Config, SearchSpace, families_for_dtype, load_space
-from autotune.study import kernel_task, pooled
-from autotune.worker import CublasTask, GpuWorker
+from autotune.search.search import kernel_task, pooled
+from autotune.space.family import Config, SearchSpace, families_for_dtype, load_space
 
 
 def main() -> None:

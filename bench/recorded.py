@@ -6,15 +6,15 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from autotune.compile import compile_kernel
-from autotune.db import ResultStore, default_url
-from autotune.gpus import GPUS
+from autotune.build.compile import compile_kernel
+from autotune.build.render import render
+from autotune.gpu.worker import GpuWorker
+from autotune.gpu_specs import GPUS
 from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.render import render
-from autotune.space import families_for_dtype, load_space
-from autotune.study import kernel_task
-from autotune.worker import GpuWorker
+from autotune.results import ResultStore, default_url
+from autotune.search.search import kernel_task
+from autotune.space.family import families_for_dtype, load_space
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser, shape: str, dtype: str) -> None:

@@ -5,7 +5,7 @@
 For 20 shapes per dtype (square, odd, tall, wide, long-K and LLM-style) it
 runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
-the bound of autotune.measure), and times ``autotune.gemm`` and cuBLAS the way a
+the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
 search does (L2 flushed before each launch, which also hides launch latency).
 Then: a misaligned and a strided operand (cuBLAS fallback, still correct), a
 PyTorch fp16 tensor (no copy: the runtime writes the tensor's own memory), and
@@ -26,7 +26,7 @@ import cupy
 import numpy
 
 import autotune
-from autotune import measure
+from autotune.gpu import measure
 from autotune.problem import GemmProblem
 
 SHAPES = [

@@ -9,7 +9,7 @@ startup trials and the same budget of evaluations (failures do not count).
 
 * ``ask/tell``: what autotune did before: a TPESampler (multivariate) asked through an
   in-memory study; configs that break a static rule are told as pruned trials.
-* ``feasible``: :class:`autotune.sampler.Proposer`, as a search now uses it.
+* ``feasible``: :class:`autotune.search.sampler.Proposer`, as a search now uses it.
 
     python3 bench/sampler_quality.py [--evaluations 100] [--seeds 8]
 
@@ -27,11 +27,11 @@ import time
 import optuna
 from optuna.trial import TrialState
 
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.sampler import Proposer
-from autotune.space import Config, load_space
-from autotune.survey import feasible_configs
+from autotune.search.sampler import Proposer
+from autotune.space.family import Config, load_space
+from autotune.space.survey import feasible_configs
 
 GPU, PROBLEM = gpu_spec("h200"), GemmProblem(4096, 4096, 4096)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.db import ResultStore
-from autotune.objective import Point, pareto_front
 from autotune.problem import make_problem
+from autotune.results import ResultStore
+from autotune.search.objective import Point, pareto_front
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from autotune.db import ResultStore
-from autotune.gpus import gpu_spec
-from autotune.select import gather, table_from
+from autotune.gpu_specs import gpu_spec
+from autotune.results import ResultStore
+from autotune.select.selection import gather, table_from
 from autotune.shapes import read_shapes
 
 

@@ -8,7 +8,7 @@ checkout holding ``src/kernels/128x256x8.cuh`` and ``common/helper_cuda ptx.h``;
 ``<cstdint>`` replaced by the one typedef the kernel uses, so that both compilers build one text), and
 ``config1``, ``config2``, ... of our ``sgemm`` family (``--config``: a name as a search prints it, rendered
 by autotune). Each source is built for sm_90 by NVRTC exactly as autotune builds it
-(``autotune.compile.compile_kernel``) and by the toolkit's nvcc (``-cubin -O3 -Xptxas -v -std=c++17``,
+(``autotune.build.compile.compile_kernel``) and by the toolkit's nvcc (``-cubin -O3 -Xptxas -v -std=c++17``,
 skipped with a message where there is no nvcc); registers and spills come from each build's ptxas report.
 
 On the GPU every build is first verified (NaN-poisoned C, beta 0 and 0.5, against cuBLAS on the same
@@ -37,15 +37,15 @@ from pathlib import Path
 import numpy
 from ratio_repeat import parse_config_name
 
-from autotune.compile import OPTIONS as NVRTC_OPTIONS
-from autotune.compile import CompiledKernel, CompileFailure, compile_kernel, nvrtc_version, parse_resources
-from autotune.cubin import parameter_sizes
+from autotune.build.compile import OPTIONS as NVRTC_OPTIONS
+from autotune.build.compile import CompiledKernel, CompileFailure, compile_kernel, nvrtc_version, parse_resources
+from autotune.build.cubin import parameter_sizes
+from autotune.build.render import KernelSource, render
 from autotune.errors import AutotuneError, CompilerError, InputError, NoGpuError
-from autotune.gpus import GPUS
+from autotune.gpu_specs import GPUS
 from autotune.problem import GemmProblem, make_problem
 from autotune.records import Timing
-from autotune.render import KernelSource, render
-from autotune.space import families_for_dtype
+from autotune.space.family import families_for_dtype
 
 GPU = GPUS["h200"]  # our configs' launch geometry is the space's for this GPU; every build is for its arch
 PUBLIC_KERNEL = Path("src/kernels/128x256x8.cuh")
@@ -236,8 +236,9 @@ def kernel_launch(build: Build, operands, stream) -> Callable:
 def verified_launches(builds: list[Build], problem: GemmProblem, operands, stream) -> dict[str, Callable]:
     """Label -> timed launch of each build that verifies at beta 0 and 0.5; the others are reported."""
     import cupy
-    from autotune import measure
-    from autotune.worker import verification_problems
+
+    from autotune.gpu import measure
+    from autotune.gpu.worker import verification_problems
 
     references = {}
     for checked in verification_problems(problem):
@@ -277,7 +278,7 @@ def balanced_orders(count: int) -> list[list[int]]:
 
 def timed_rounds(launches: dict[str, Callable], rounds: int, repeats: int) -> list[dict[str, Timing]]:
     """Each round times every launch once, in the orders of :func:`balanced_orders` taken in turn."""
-    from autotune import measure
+    from autotune.gpu import measure
 
     labels, results = list(launches), []
     orders = balanced_orders(len(labels))
@@ -315,7 +316,8 @@ def print_table(builds: list[Build], results: list[dict[str, Timing]]) -> None:
 
 def run_on_gpu(builds: list[Build], problem: GemmProblem, rounds: int, repeats: int) -> None:
     import cupy
-    from autotune import measure
+
+    from autotune.gpu import measure
 
     print(gpu_environment(cupy, measure))
     stream = cupy.cuda.Stream(non_blocking=True)

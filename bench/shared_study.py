@@ -68,7 +68,7 @@ def _counts(url: str, processes: int) -> dict:
     import optuna
     import sqlalchemy
 
-    from autotune.ledger import evaluated_on_gpu
+    from autotune.search.study import evaluated_on_gpu
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = optuna.get_all_study_names(url)

@@ -168,7 +168,7 @@ def _evaluated(database: Path) -> int:
         return 0
     import optuna
 
-    from autotune.ledger import evaluated_on_gpu
+    from autotune.search.study import evaluated_on_gpu
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = f"sqlite:///{database.resolve()}"

@@ -7,15 +7,15 @@ import datetime as dt
 
 from sqlalchemy import select
 
-from autotune.db import ResultStore
-from autotune.db.models import EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow as Window
 from autotune.records import Environment as Env
 from autotune.records import Failure as Fail
 from autotune.records import Measurement as Meas
 from autotune.records import Resources, Timing
-from autotune.space import load_space
+from autotune.results import ResultStore
+from autotune.results.models import EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
+from autotune.space.family import load_space
 
 ENV = Env("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
 NEW_DRIVER = dataclasses.replace(ENV, driver="590.10")

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.worker import FakeBackend, KernelTask
+from autotune.gpu.worker import FakeBackend, KernelTask
 
 TINY = Path(__file__).with_name("data") / "tiny.toml"
 
@@ -31,12 +31,12 @@ class SlowFakeBackend(FakeBackend):
 
 
 def main(argv: list[str]) -> int:
-    from autotune.db import ResultStore
-    from autotune.gpus import gpu_spec
+    from autotune.gpu.worker import GpuWorker
+    from autotune.gpu_specs import gpu_spec
     from autotune.problem import GemmProblem
-    from autotune.space import SearchSpace
-    from autotune.study import Search, SearchSettings
-    from autotune.worker import GpuWorker
+    from autotune.results import ResultStore
+    from autotune.search.search import Search, SearchSettings
+    from autotune.space.family import SearchSpace
 
     parser = argparse.ArgumentParser()
     parser.add_argument("url")

@@ -2,14 +2,14 @@
 
 import pytest
 
-from autotune.check import resource_violation
-from autotune.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
-from autotune.gpus import gpu_spec
+from autotune.build.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
+from autotune.build.render import KernelSource, render
+from autotune.build.resources import resource_violation
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import make_problem
 from autotune.records import Resources
-from autotune.render import KernelSource, render
-from autotune.space import load_space
-from autotune.survey import feasible_configs
+from autotune.space.family import load_space
+from autotune.space.survey import feasible_configs
 
 LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'k' for 'sm_90'
@@ -71,8 +71,8 @@ def test_compile_error_is_reported_not_raised():
 
 COMPILE_IN_A_FRESH_PROCESS = """
 import sys
-from autotune.compile import compile_kernel
-from autotune.source import KernelSource
+from autotune.build.compile import compile_kernel
+from autotune.build.source import KernelSource
 compiled = compile_kernel(KernelSource("k", 'extern "C" __global__ void k(float *x) { x[threadIdx.x] = 1.0f; }', "h"),
                           "sm_90", use_cache=False)
 print(compiled.resources.registers > 0, sorted({name.split(".")[0] for name in sys.modules} & {"numpy", "cupy", "jinja2"}))
@@ -143,7 +143,7 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
     """The fallback used when NVRTC's log has no ptxas report reads the same numbers from the cubin."""
     import random
 
-    from autotune.cubin import read_resources
+    from autotune.build.cubin import read_resources
 
     spec, space = gpu_spec(gpu), load_space("sgemm")
     configs = random_feasible(space, spec, 6, random.Random(7))
@@ -193,7 +193,7 @@ def test_hgemm_spaces_compile_offline(family, gpu, pool):
 
 
 def test_tensor_core_families_in_order_of_preference():
-    from autotune.space import families_for_dtype
+    from autotune.space.family import families_for_dtype
 
     # wgmma where the GPU has it (sm_90), then mma.sync, then WMMA; then the ladder-only families
     assert families_for_dtype("f16")[:3] == ["hgemm_wgmma", "hgemm_mma", "hgemm_wmma"]
@@ -208,7 +208,7 @@ def test_tensor_core_families_in_order_of_preference():
 
 @pytest.mark.parametrize("dtype, gpu", [("f32", "t4"), ("f32", "h200"), ("f16", "t4"), ("f16", "h200")])
 def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
-    from autotune.ladder import LADDERS
+    from autotune.search.ladder import LADDERS
 
     spec = gpu_spec(gpu)
     for step in LADDERS[dtype]:
@@ -223,8 +223,8 @@ def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
 def test_tma_kernels_take_the_tensor_maps_their_space_names():
     """After the GEMM arguments a TMA kernel takes one 128-byte map per entry of its space file;
     a launch that would pass something else fails before it reaches the GPU."""
-    from autotune.cubin import parameter_sizes
-    from autotune.study import kernel_task
+    from autotune.build.cubin import parameter_sizes
+    from autotune.search.search import kernel_task
 
     wgmma, h200, problem = load_space("hgemm_wgmma"), gpu_spec("h200"), make_problem("1024", "f16")
     tma = [s for s in wgmma.seeds if s["TMA"]]
@@ -244,7 +244,7 @@ def test_tma_kernels_take_the_tensor_maps_their_space_names():
 @pytest.mark.parametrize("family, gpu", [("sgemm", "t4"), ("hgemm_wmma", "t4"), ("hgemm_mma", "a100")])
 def test_kernels_of_older_gpus_take_the_gemm_arguments(family, gpu):
     """The launcher's parameter check reads sm_75 and sm_80 cubins too: A, B, C, M, N, K, alpha, beta."""
-    from autotune.cubin import parameter_sizes
+    from autotune.build.cubin import parameter_sizes
 
     spec, space = gpu_spec(gpu), load_space(family)
     compiled = compile_kernel(render(space, space.seeds[0], spec))

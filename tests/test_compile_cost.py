@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import compile_cost  # noqa: E402
 
-from autotune.space import load_space  # noqa: E402
+from autotune.space.family import load_space  # noqa: E402
 
 
 def test_default_configs_are_sgemm_configs_of_the_space():

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from autotune.cover import choose
 from autotune.errors import InputError
+from autotune.select.cover import choose
 
 
 def _geomean(times, kernels):

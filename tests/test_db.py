@@ -17,21 +17,20 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 
-from autotune.db import BestRow, ResultStore, default_url
-from autotune.db import rows as rows_module
-from autotune.db import schema
-from autotune.db import store as store_module
-from autotune.db.models import VERSION_TABLE, Base, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError, FailureClass
 from autotune.problem import GemmProblem
 from autotune.records import Environment as Env
 from autotune.records import Failure as Fail
 from autotune.records import Measurement as Meas
 from autotune.records import Resources, Timing
-from autotune.space import Config
+from autotune.results import BestRow, ResultStore, default_url, schema
+from autotune.results import rows as rows_module
+from autotune.results import store as store_module
+from autotune.results.models import VERSION_TABLE, Base, Environment, Failure, Kernel, Measurement, Problem
+from autotune.space.family import Config
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAD_REVISION = "0003"  # the newest migration in autotune/db/migrations/versions
+HEAD_REVISION = "0003"  # the newest migration in autotune/results/migrations/versions
 
 ENV = Env("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
 PROBLEM = GemmProblem(4096, 4096, 1024)
@@ -257,7 +256,7 @@ def test_a_fresh_database_runs_no_migration_and_a_current_one_no_alembic(tmp_pat
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     with ResultStore(url) as store:
         store.add_measurement(ENV, PROBLEM, config(64), "h", measurement(1.0), "s")
-    code = ("import sys; from autotune.db import ResultStore; ResultStore(sys.argv[1]).close(); "
+    code = ("import sys; from autotune.results import ResultStore; ResultStore(sys.argv[1]).close(); "
             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'alembic'))")
     opened = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -18,20 +18,20 @@ import time
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.config import Config as AlembicConfig
 from postgres_server import missing as postgres_missing
 from postgres_server import server_for
 from results_data import ENV, PROBLEM, measurement
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
-from autotune.db import ResultStore, default_url, schema
-from autotune.db import store as store_module
-from autotune.db.models import VERSION_TABLE, Environment, Failure, Kernel, Measurement, Problem
 from autotune.errors import DatabaseError
 from autotune.problem import GemmProblem
 from autotune.records import Failure as Fail
+from autotune.results import ResultStore, default_url, schema
+from autotune.results import store as store_module
+from autotune.results.models import VERSION_TABLE, Environment, Failure, Kernel, Measurement, Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "tuned_db" / "h200.jsonl"
@@ -40,10 +40,10 @@ CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # One writer process: `count` measurements (a failure every 50th), over 8 kernels, as study "p<proc>".
 WRITER = """
 import sys
-from autotune.db import ResultStore
+from autotune.results import ResultStore
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Failure, Measurement, Timing
-from autotune.space import Config
+from autotune.space.family import Config
 
 url, proc, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 env = Environment("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
@@ -62,10 +62,10 @@ store.close()
 # A process to kill: imports, says "ready", reads a URL, opens it (says "opened") and writes until killed.
 VICTIM = """
 import sys
-from autotune.db import ResultStore
+from autotune.results import ResultStore
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
-from autotune.space import Config
+from autotune.space.family import Config
 
 env = Environment("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
 problem = GemmProblem(256, 256, 256)
@@ -368,7 +368,7 @@ def test_the_studys_optuna_connections_commit_without_an_fsync_each_in_wal_mode_
     attribute) would fsync the WAL every time at SQLite's default, FULL."""
     from optuna.distributions import CategoricalDistribution
 
-    from autotune.ledger import StudyLedger
+    from autotune.search.study import StudyLedger
 
     url = f"sqlite:///{tmp_path / 'results.db'}"
     with ResultStore(url):
@@ -415,7 +415,7 @@ def test_rows_an_older_autotune_stored_twice_are_merged_by_the_upgrade(tmp_path)
 
 def test_fingerprints_are_pinned():
     """Migration 0003 stored fingerprints computed by these functions: they must not change silently."""
-    from autotune.db import fingerprint
+    from autotune.results import fingerprint
 
     environment = {"gpu_key": "h200", "gpu_name": "NVIDIA H200", "arch": "sm_90", "driver": "580.159.04",
                    "cuda_runtime": "13.0", "nvrtc": "13.0", "cupy": "14.2.0"}

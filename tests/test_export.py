@@ -3,13 +3,13 @@
 import json
 
 import pytest
-
-from autotune.export.contract import LaunchContract, check_expression, contract_for, to_c
-from autotune.export.table import read_table
-from autotune.gpus import GPUS
-from autotune.problem import GemmProblem
-from autotune.space import load_space
 from test_cli import assert_one_line_error, autotune
+
+from autotune.build.contract import LaunchContract, check_expression, contract_for, to_c
+from autotune.gpu_specs import GPUS
+from autotune.problem import GemmProblem
+from autotune.select.kernel_table import read_table
+from autotune.space.family import load_space
 
 
 @pytest.mark.parametrize("family", ["sgemm", "hgemm_mma", "hgemm_wgmma"])

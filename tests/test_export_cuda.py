@@ -26,12 +26,26 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.export.cuda import write_library
-from autotune.export.table import (DtypeTable, KernelTable, TableError, TableRule, spec_for_arch, table_kernel,
-                                   with_builds_for_any_shape)
+from autotune.kernel_abi import (
+    _DATA_TYPES,
+    _INTERLEAVE_NONE,
+    _L2_PROMOTION_256B,
+    _OOB_FILL_ZEROS,
+    SWIZZLES,
+    TensorMapSpec,
+    fits_tma,
+)
 from autotune.problem import GemmProblem
-from autotune.space import load_space
-from autotune.tensor_map import (_DATA_TYPES, _INTERLEAVE_NONE, _L2_PROMOTION_256B, _OOB_FILL_ZEROS, SWIZZLES,
-                                 TensorMapSpec, fits_tma)
+from autotune.select.kernel_table import (
+    DtypeTable,
+    KernelTable,
+    TableError,
+    TableRule,
+    spec_for_arch,
+    table_kernel,
+    with_builds_for_any_shape,
+)
+from autotune.space.family import load_space
 
 FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
 EXPORT_CHECK = Path(__file__).parent.parent / "bench" / "export_check.cpp"
@@ -508,8 +522,8 @@ def test_on_the_gpu_the_library_passes_the_search_verification(library, table, d
     element against cuBLAS within measure.error_bound."""
     import cupy
 
-    from autotune import measure
-    from autotune.worker import verification_problems
+    from autotune.gpu import measure
+    from autotune.gpu.worker import verification_problems
 
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     if (properties["major"], properties["minor"]) != (9, 0):

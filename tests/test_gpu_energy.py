@@ -2,18 +2,18 @@
 
 import pytest
 
-from autotune.compile import compile_kernel
+from autotune.build.compile import compile_kernel
+from autotune.build.render import render
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Measurement
-from autotune.render import render
-from autotune.space import families_for_dtype, load_space
+from autotune.space.family import families_for_dtype, load_space
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker() as w:
         yield w
@@ -42,9 +42,9 @@ def _assert_physical(window: EnergyWindow, time_ms: float, power_limit_w: float)
 def test_energy_windows_of_cublas_and_a_seed_kernel(worker, dtype):
     import pynvml
 
-    from autotune.gpus import GPUS
-    from autotune.study import kernel_task
-    from autotune.worker import CublasTask, EnergyTask
+    from autotune.gpu.worker import CublasTask, EnergyTask
+    from autotune.gpu_specs import GPUS
+    from autotune.search.search import kernel_task
 
     pynvml.nvmlInit()
     try:

@@ -3,10 +3,9 @@ per block and shapes where blocks walk several tiles, aligned (TMA) and not (ele
 (C poisoned with NaN, never read) and beta 0.5."""
 
 import pytest
-
-from autotune.space import load_space
-
 from test_gpu_kernels import _assert_verified, _both_betas, _run_all
+
+from autotune.space.family import load_space
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +33,14 @@ def _configs(space, gpu):
 
 @pytest.fixture(scope="module")
 def worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker() as w:
         yield w
 
 
 def test_persistent_and_setmaxnreg_configs_verify(worker):
-    from autotune.gpus import GPUS
+    from autotune.gpu_specs import GPUS
 
     gpu = GPUS[worker.environment().gpu_key]
     if gpu.arch != 90:

@@ -4,14 +4,14 @@ import random
 
 import pytest
 
-from autotune.check import resource_violation
-from autotune.compile import CompileFailure, CompilePool
+from autotune.build.compile import CompileFailure, CompilePool
+from autotune.build.render import render
+from autotune.build.resources import resource_violation
 from autotune.errors import FailureClass
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
-from autotune.render import render
-from autotune.space import load_space
-from autotune.survey import feasible_configs
+from autotune.space.family import load_space
+from autotune.space.survey import feasible_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ ODD_SHAPES = [
 
 @pytest.fixture(scope="module")
 def worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker() as w:
         yield w
@@ -46,7 +46,7 @@ def _sample_configs(space, gpu, count, seed=0):
 
 
 def _run_all(worker, space, gpu, configs, problems):
-    from autotune.worker import KernelTask
+    from autotune.gpu.worker import KernelTask
 
     outcomes = []
     timed_out = set()  # a config that hangs once is not run again: the test fails anyway
@@ -95,7 +95,7 @@ def _both_betas(shapes, dtype):
     ("naive_f16", "f16"), ("tiled_f16", "f16"), ("coarse_f16", "f16"),
 ])
 def test_sampled_configs_verify_at_odd_shapes(worker, family, dtype):
-    from autotune.gpus import GPUS
+    from autotune.gpu_specs import GPUS
 
     env = worker.environment()
     gpu = GPUS[env.gpu_key]
@@ -138,7 +138,7 @@ def _small_m_configs(space, gpu):
 
 def test_split_k_and_small_m_configs_verify_at_llm_decode_shapes(worker):
     """sgemm's split-K clusters and 16/32-row tiles against cuBLAS, with beta 0 (C poisoned with NaN) and 0.5."""
-    from autotune.gpus import GPUS
+    from autotune.gpu_specs import GPUS
 
     gpu = GPUS[worker.environment().gpu_key]
     space = load_space("sgemm")
@@ -168,7 +168,7 @@ INNER_LOOP_VARIANTS = [  # over the public-design seed (cp.async with register p
 def test_inner_loop_knobs_verify_at_odd_shapes(worker):
     """cp.async with register prefetch and one barrier per tile, copies spread or not, lanes in 2x2 groups or
     rows: every value against cuBLAS at shapes that are no tile multiples, with beta 0 (C poisoned) and 0.5."""
-    from autotune.gpus import GPUS
+    from autotune.gpu_specs import GPUS
 
     gpu = GPUS[worker.environment().gpu_key]
     space = load_space("sgemm")
@@ -199,7 +199,7 @@ def test_whole_tile_builds_verify_at_shapes_of_whole_tiles(worker):
     """WHOLE_TILES 1 (the lean build only, C stored 16 bytes wide unchecked) against cuBLAS where the tiles are
     whole, with beta 0 (C poisoned) and 0.5: the loop variants of the public design, every seed that is not
     split, and random feasible unsplit configs, lean build or not."""
-    from autotune.gpus import GPUS
+    from autotune.gpu_specs import GPUS
 
     gpu = GPUS[worker.environment().gpu_key]
     space = load_space("sgemm")
@@ -224,10 +224,10 @@ def test_whole_tile_builds_verify_at_shapes_of_whole_tiles(worker):
 
 def test_wrong_kernel_is_caught(worker):
     """A config that skips the last partial k-tile must fail verification at K % BK != 0."""
-    from autotune.compile import compile_kernel
-    from autotune.gpus import GPUS
-    from autotune.render import KernelSource
-    from autotune.worker import KernelTask
+    from autotune.build.compile import compile_kernel
+    from autotune.build.render import KernelSource
+    from autotune.gpu.worker import KernelTask
+    from autotune.gpu_specs import GPUS
 
     env = worker.environment()
     gpu = GPUS[env.gpu_key]

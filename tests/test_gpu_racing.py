@@ -15,8 +15,8 @@ PLANTED = Path(__file__).parent / "data" / "planted.toml"
 def test_time_launches_stops_a_kernel_at_the_first_stage_it_loses():
     import cupy
 
-    from autotune import measure
-    from autotune.race import RaceStage
+    from autotune.gpu import measure
+    from autotune.gpu.race import RaceStage
 
     a = cupy.ones((1024, 1024), dtype=cupy.float32)
     out = cupy.empty_like(a)
@@ -41,14 +41,14 @@ def test_time_launches_stops_a_kernel_at_the_first_stage_it_loses():
 
 @pytest.mark.parametrize("mode, verified", [(0, True), (3, False)])  # 3 ignores beta: a wrong answer
 def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
-    from autotune.compile import compile_kernel
-    from autotune.gpus import GPUS
-    from autotune.race import RaceStage
+    from autotune.build.compile import compile_kernel
+    from autotune.build.render import render
+    from autotune.gpu.race import RaceStage
+    from autotune.gpu.worker import GpuWorker
+    from autotune.gpu_specs import GPUS
     from autotune.records import Failure, Measurement
-    from autotune.render import render
-    from autotune.space import SearchSpace
-    from autotune.study import kernel_task
-    from autotune.worker import GpuWorker
+    from autotune.search.search import kernel_task
+    from autotune.space.family import SearchSpace
 
     space = SearchSpace(PLANTED)
     problem = GemmProblem(512, 256, 128, "f32", beta=0.5)

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.db import ResultStore
 from autotune.errors import FailureClass
-from autotune.gpus import GPUS
+from autotune.gpu_specs import GPUS
 from autotune.problem import GemmProblem
-from autotune.space import SearchSpace
-from autotune.study import Search, SearchSettings
+from autotune.results import ResultStore
+from autotune.search.search import Search, SearchSettings
+from autotune.space.family import SearchSpace
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ PLANTED = Path(__file__).parent / "data" / "planted.toml"
 
 
 def test_planted_fault_and_hang_are_recorded_and_the_study_goes_on(tmp_path):
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     space = SearchSpace(PLANTED)
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")

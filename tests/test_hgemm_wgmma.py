@@ -4,13 +4,13 @@ import random
 
 import pytest
 
-from autotune.compile import CompileFailure, compile_kernel
-from autotune.export.contract import contract_for
-from autotune.gpus import gpu_spec
+from autotune.build.compile import CompileFailure, compile_kernel
+from autotune.build.contract import contract_for
+from autotune.build.render import render
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.render import render
-from autotune.space import load_space
-from autotune.survey import feasible_configs
+from autotune.space.family import load_space
+from autotune.space.survey import feasible_configs
 
 
 @pytest.fixture(scope="module")

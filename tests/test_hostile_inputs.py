@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import ROOT, assert_one_line_error, autotune
 
 from autotune.data_files import data_dir
 from autotune.errors import InputError, SpaceError
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem, make_problem
 from autotune.records import Environment, Measurement, Timing
-from autotune.space import Config, SearchSpace, load_space, resolve_family
-from test_cli import ROOT, assert_one_line_error, autotune
+from autotune.space.family import Config, SearchSpace, load_space, resolve_family
 
 H200 = gpu_spec("h200")
 SECRET = "s3cr3t-Pa55"
@@ -86,7 +86,7 @@ def test_a_results_line_naming_a_path_is_refused_and_a_database_row_is_never_a_p
     db = f"sqlite:///{tmp_path}/r.db"
     assert_one_line_error(autotune("results", "import", str(crafted), "--db", db), "family", "sgemm")
 
-    from autotune.db import ResultStore
+    from autotune.results import ResultStore
 
     store = ResultStore(db)  # a row written by other means: its family is still only a name
     env = Environment("h200-fake", "NVIDIA H200 (fake)", "sm_90", "0.0 (fake)", "0.0", "0.0", "none")
@@ -119,7 +119,7 @@ def test_template_dir_stays_inside_the_space_files_folder(tmp_path, template_dir
 
 
 def test_a_template_linked_from_outside_the_folder_is_not_read(tmp_path):
-    from autotune.render import render
+    from autotune.build.render import render
 
     outside = tmp_path / "outside.cu.j2"
     outside.write_text('extern "C" __global__ void {{ NAME }}() {}\n')
@@ -146,7 +146,7 @@ def test_names_that_are_not_identifiers_are_refused_at_load(tmp_path, field, tex
 
 
 def test_a_kernel_name_that_is_not_an_identifier_is_never_rendered():
-    from autotune.render import render
+    from autotune.build.render import render
 
     space = load_space("naive_f32")
     evil = Config("x} __global__ void evil(){", space.config({"BLOCK": 16, "HALF": 0}).params)
@@ -158,7 +158,7 @@ def test_a_kernel_name_that_is_not_an_identifier_is_never_rendered():
 
 
 def test_templates_render_in_a_sandbox(tmp_path):
-    from autotune.render import render
+    from autotune.build.render import render
 
     marker = tmp_path / "ran"
     space = SearchSpace(planted_family(tmp_path / "x", marker))
@@ -169,7 +169,7 @@ def test_templates_render_in_a_sandbox(tmp_path):
 
 @pytest.mark.parametrize("expression", ["{{ 9 ** 99999999 }}", "{{ 'x' * 100000000 }}"])
 def test_template_arithmetic_is_bounded(tmp_path, expression):
-    from autotune.render import render
+    from autotune.build.render import render
 
     folder = tmp_path / "space"
     path = write_space(folder, space_text())
@@ -292,7 +292,7 @@ def test_a_bad_space_file_on_the_command_line_is_one_line(tmp_path):
     ("postgresql://u@h/d", "postgresql://u@h/d"),
 ])
 def test_shown_url_masks_passwords(url, shown):
-    from autotune.urls import shown_url
+    from autotune.results.urls import shown_url
 
     assert shown_url(url) == shown
     assert SECRET not in shown_url(url)
@@ -424,7 +424,7 @@ class _UnknownGpuBackend:
     NAME, ARCH, SMEM_OPT_IN = "NVIDIA RTX A6000", "sm_86", 101376
 
     def __init__(self, device: int = 0):
-        from autotune.worker import FakeBackend
+        from autotune.gpu.worker import FakeBackend
 
         self._fake = FakeBackend(device)
 
@@ -448,9 +448,9 @@ class _VoltaBackend(_UnknownGpuBackend):
 
 def test_a_gpu_without_a_spec_is_searched_with_one_made_from_its_properties(tmp_path):
     from autotune.cli.arguments import attached_gpu_spec
-    from autotune.db import ResultStore
-    from autotune.study import Search, SearchSettings
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
+    from autotune.results import ResultStore
+    from autotune.search.search import Search, SearchSettings
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     problem = GemmProblem(128, 128, 128)
@@ -476,7 +476,7 @@ def test_a_simulated_gpu_without_a_spec_keeps_its_fake_key():
 
 def test_a_gpu_older_than_sm75_is_refused_in_one_line():
     from autotune.cli.arguments import attached_gpu_spec
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker(backend=_VoltaBackend, start_timeout_s=60) as worker:
         env, properties = worker.environment(), worker.device_properties()

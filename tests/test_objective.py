@@ -1,7 +1,7 @@
 import pytest
 
 from autotune.errors import InputError
-from autotune.objective import FLOOR_MARGIN, Point, make_objective, pareto_front
+from autotune.search.objective import FLOOR_MARGIN, Point, make_objective, pareto_front
 
 
 def test_time_objective_never_asks_for_energy():

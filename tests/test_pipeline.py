@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-from autotune.lanes import GpuLane
+from autotune.search.lanes import GpuLane
 
 
 def test_begin_returns_at_once_and_the_environment_waits_for_the_worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     worker = GpuWorker(backend="fake")
     try:
@@ -81,7 +81,7 @@ def _ended(pid: int) -> bool:
 
 
 def test_a_compile_pool_stopped_without_waiting_ends_its_processes():
-    from autotune.compile import CompilePool
+    from autotune.build.compile import CompilePool
 
     pool = CompilePool(jobs=2)
     pool.warm_up()
@@ -102,7 +102,7 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.compile import CompilePool
+from autotune.build.compile import CompilePool
 
 
 def big_result():

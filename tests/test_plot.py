@@ -1,11 +1,11 @@
 import sys
 
 import pytest
-
-from autotune.db import ResultStore
-from autotune.plot import PlotError, by_layer, pyplot
 from test_cli import assert_one_line_error, autotune
 from test_select import HELD, _held_out_fixture
+
+from autotune.results import ResultStore
+from autotune.select.plot import PlotError, by_layer, pyplot
 
 
 def test_shapes_are_grouped_by_layer_then_ordered_by_m():

@@ -17,12 +17,12 @@ from alembic.migration import MigrationContext
 from postgres_server import missing, server_for
 from results_data import ENV, PROBLEM, fill, measurement, snapshot, window
 
-from autotune import tuned
-from autotune.db import ResultStore, schema
-from autotune.db.models import VERSION_TABLE, Base
 from autotune.errors import DatabaseError
 from autotune.records import Failure as Fail
-from autotune.space import Config
+from autotune.results import ResultStore, schema
+from autotune.results import files as tuned
+from autotune.results.models import VERSION_TABLE, Base
+from autotune.space.family import Config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "tuned_db" / "h200.jsonl"
 

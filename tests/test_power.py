@@ -9,10 +9,10 @@ import types
 
 import pytest
 
-from autotune.power import NvmlPower, PowerUnavailable, idle_power, measure_window, throttle_mask
+from autotune.gpu.power import NvmlPower, PowerUnavailable, idle_power, measure_window, throttle_mask
+from autotune.gpu.worker import EnergyTask, GpuWorker, KernelTask, launches_per_batch
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow
-from autotune.worker import EnergyTask, GpuWorker, KernelTask, launches_per_batch
 
 REFRESH_S = 0.1  # the fake, like the H200, refreshes its power reading every 100 ms
 SW_POWER_CAP, GPU_IDLE, APP_CLOCKS = 0x4, 0x1, 0x2
@@ -391,7 +391,7 @@ class FakeStream:
 
 
 def _fake_backend(monkeypatch, launch_ms: float):
-    from autotune import worker
+    from autotune.gpu import worker
 
     monkeypatch.setattr(worker, "ENERGY_SETTLE_S", 0.0)
     monkeypatch.setattr(worker, "ENERGY_WARMUP_S", 0.0)
@@ -435,7 +435,7 @@ def test_cupy_backend_kernel_energy_replays_a_graph_of_about_20_ms(monkeypatch):
 
 
 def test_cupy_backend_reuses_a_recent_idle_baseline(monkeypatch):
-    from autotune import power, worker
+    from autotune.gpu import power, worker
 
     backend, _, _ = _fake_backend(monkeypatch, launch_ms=2.0)
     baselines = []

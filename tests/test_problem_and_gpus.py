@@ -1,7 +1,7 @@
 import pytest
 
 from autotune.errors import InputError
-from autotune.gpus import GPUS, device_key, gpu_spec, spec_for_device, spec_from_properties
+from autotune.gpu_specs import GPUS, device_key, gpu_spec, spec_for_device, spec_from_properties
 from autotune.problem import GemmProblem, make_problem, parse_shape
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autotune.race import RaceStage, lost_race, race_stages
+from autotune.gpu.race import RaceStage, lost_race, race_stages
 
 
 def test_stages_are_margins_over_the_best():

@@ -5,12 +5,12 @@ import json
 import numpy
 import pytest
 
+from autotune.build.contract import LaunchContract
 from autotune.errors import InputError
-from autotune.export.contract import LaunchContract
-from autotune.export.table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, read_table
 from autotune.runtime import Runtime
 from autotune.runtime.devices import HostDevice
 from autotune.runtime.sources import TABLE_VARIABLE, choose_table
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, read_table
 
 RNG = numpy.random.default_rng(7)
 

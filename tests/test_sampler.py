@@ -6,10 +6,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.sampler import Proposer
-from autotune.space import load_space
+from autotune.search.sampler import Proposer
+from autotune.space.family import load_space
 
 H200, PROBLEM = gpu_spec("h200"), GemmProblem(4096, 4096, 4096)
 
@@ -30,7 +30,7 @@ def _feasible_seeds(space):
 
 
 def test_the_opening_is_the_feasible_seeds_then_random_configs_and_the_same_from_the_same_seed(space):
-    from autotune.draws import FeasibleDraws
+    from autotune.search.draws import FeasibleDraws
 
     feasible_seeds = _feasible_seeds(space)
     count = len(feasible_seeds) + 6
@@ -112,7 +112,7 @@ def test_screening_a_rejected_config_costs_a_rule_check(space):
 def test_an_exhausted_space_proposes_nothing():
     space = load_space("hgemm_wmma")
     proposer = Proposer(space, gpu_spec("t4"), GemmProblem(64, 64, 64, "f16"), seed=5)
-    from autotune.survey import feasible_configs
+    from autotune.space.survey import feasible_configs
 
     everything = {config.name for config in feasible_configs(space, gpu_spec("t4"), GemmProblem(64, 64, 64, "f16"))}
     last = next(iter(everything))

@@ -1,15 +1,15 @@
 import json
 
 import pytest
+from test_cli import assert_one_line_error, autotune
 
-from autotune.db import ResultStore
-from autotune.export.table import build_table
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Timing
-from autotune.select import build, held_out, judge, quality
-from autotune.space import load_space
-from test_cli import assert_one_line_error, autotune
+from autotune.results import ResultStore
+from autotune.select.kernel_table import build_table
+from autotune.select.selection import build, held_out, judge, quality
+from autotune.space.family import load_space
 
 H200 = gpu_spec("h200")
 ENV = Environment("h200", "NVIDIA H200", "sm_90", "580", "13.0", "13.0", "14.2.0")

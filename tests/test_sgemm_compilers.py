@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import sgemm_compilers  # noqa: E402
 
-from autotune.compile import CompiledKernel, compile_kernel  # noqa: E402
-from autotune.cubin import parameter_sizes  # noqa: E402
+from autotune.build.compile import CompiledKernel, compile_kernel  # noqa: E402
+from autotune.build.cubin import parameter_sizes  # noqa: E402
 from autotune.errors import InputError  # noqa: E402
 from autotune.problem import make_problem  # noqa: E402
 from autotune.records import Timing  # noqa: E402
@@ -65,7 +65,7 @@ def test_a_checkout_without_the_kernel_is_one_input_error(tmp_path):
 
 
 def test_rounds_balance_who_runs_first_and_after_whom_and_the_table_pools_the_medians(monkeypatch, capsys):
-    from autotune import measure
+    from autotune.gpu import measure
 
     order = []
     ms = {"cuBLAS": 2.0, "public/nvcc": 1.6, "config1/nvrtc": 2.5}

@@ -14,12 +14,12 @@ import sqlalchemy
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune.db import ResultStore
-from autotune.gpus import gpu_spec
-from autotune.ledger import FAILURE, Admission, StudyLedger, evaluated_on_gpu, holds_slot
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.space import SearchSpace
-from autotune.study import Search, SearchSettings
+from autotune.results import ResultStore
+from autotune.search.search import Search, SearchSettings
+from autotune.search.study import FAILURE, Admission, StudyLedger, evaluated_on_gpu, holds_slot
+from autotune.space.family import SearchSpace
 
 HERE = Path(__file__).parent
 TINY = HERE / "data" / "tiny.toml"
@@ -85,7 +85,7 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
     left_running = {t._trial_id for t in the_study(url).get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
     assert left_running
 
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker(backend="fake") as worker:
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(url), worker,

@@ -3,10 +3,10 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError, SpaceError
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import make_problem
-from autotune.space import SearchSpace, load_space, resolve_family
-from autotune.survey import feasible_configs
+from autotune.space.family import SearchSpace, load_space, resolve_family
+from autotune.space.survey import feasible_configs
 
 T4, H200 = gpu_spec("t4"), gpu_spec("h200")
 
@@ -20,7 +20,7 @@ def sgemm():
 def llm_decode_survey(sgemm):
     """sgemm on an H200 for an LLM's decode step (one row, long K): the walk of ten million
     combinations that the tests of feasible configs below share."""
-    from autotune.survey import survey
+    from autotune.space.survey import survey
 
     return survey(sgemm, H200, make_problem("1x4096x14336", "f32"))
 
@@ -206,7 +206,7 @@ def test_unknown_family_lists_choices():
 
 
 def test_tma_configs_name_their_tensor_maps_and_launch_whole_clusters():
-    from autotune.tensor_map import TensorMapSpec
+    from autotune.kernel_abi import TensorMapSpec
 
     wgmma, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
     clustered = next(s for s in wgmma.seeds if s["TMA"] and s["CLUSTER_N"] == 2)
@@ -246,7 +246,7 @@ def test_tensor_map_entries_are_checked(tmp_path):
 
 
 def test_tensor_map_spec_validates_and_knows_operand_shapes():
-    from autotune.tensor_map import TensorMapSpec, fits_tma
+    from autotune.kernel_abi import TensorMapSpec, fits_tma
 
     spec = TensorMapSpec("tensor_map_b", "B", (64, 32), 128)
     assert spec.shape(m=100, n=200, k=300) == (300, 200)
@@ -261,8 +261,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "column_sgemm" /
 
 
 def test_the_example_family_loads_from_its_path_and_compiles_offline():
-    from autotune.compile import CompileFailure, compile_kernel
-    from autotune.render import render
+    from autotune.build.compile import CompileFailure, compile_kernel
+    from autotune.build.render import render
 
     space = resolve_family(str(EXAMPLE))
     assert (space.family, space.dtype, space.template_dir) == ("column_sgemm", "f32", EXAMPLE.parent)
@@ -382,7 +382,7 @@ def test_a_search_tries_each_config_in_the_build_its_problem_sets(sgemm):
 
 
 def test_a_search_draws_whole_tile_builds_where_the_problem_has_whole_tiles(sgemm):
-    from autotune.draws import FeasibleDraws
+    from autotune.search.draws import FeasibleDraws
 
     for shape, whole in (("4096", {0, 1}), ("4001x4096x4096", {0}), ("4096x4001x4096", {0})):
         problem = make_problem(shape, "f32")
@@ -409,7 +409,7 @@ def _specialize_file(tmp_path, knob_values="[0, 1]", default="0", expression="pr
 
 
 def test_a_specialized_knob_is_read_from_the_space_file(tmp_path):
-    from autotune.export.contract import contract_for
+    from autotune.build.contract import contract_for
 
     space = SearchSpace(_specialize_file(tmp_path))
     config = space.config({"A": 32, "W": 1})
@@ -435,10 +435,10 @@ def test_a_bad_specialized_knob_is_one_line_naming_it(tmp_path, changes, message
 def test_a_whole_tile_build_is_never_launched_on_a_shape_it_is_not_built_for(sgemm):
     """Whatever names it (a config given by hand, a stale record), the task that would launch a build for
     whole tiles on a shape of partial ones is a launch failure naming both, not a fault on the GPU."""
-    from autotune.compile import CompiledKernel
+    from autotune.build.compile import CompiledKernel
     from autotune.errors import FailureClass
     from autotune.records import Failure, Resources
-    from autotune.study import kernel_task
+    from autotune.search.search import kernel_task
 
     whole = _with(sgemm, _public_design(sgemm), WHOLE_TILES=1)
     compiled = CompiledKernel(whole.name, "sm_90", b"", Resources(128, 0, 0, 0, 0, 0), "")

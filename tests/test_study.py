@@ -8,20 +8,20 @@ import optuna
 import pytest
 import sqlalchemy
 
-from autotune.db import ResultStore
 from autotune.errors import FailureClass
-from autotune.gpus import gpu_spec
-from autotune.ledger import evaluated_on_gpu, trial_params
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.space import SearchSpace, load_space
-from autotune.study import RACE_MARGINS, Search, SearchSettings
+from autotune.results import ResultStore
+from autotune.search.search import RACE_MARGINS, Search, SearchSettings
+from autotune.search.study import evaluated_on_gpu, trial_params
+from autotune.space.family import SearchSpace, load_space
 
 TINY = Path(__file__).parent / "data" / "tiny.toml"  # kernels that compile in a fraction of a second
 
 
 @pytest.fixture(scope="module")
 def worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker(backend="fake") as fake:
         yield fake
@@ -57,7 +57,7 @@ def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, work
 
 
 def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
-    from autotune.worker import FakeBackend
+    from autotune.gpu.worker import FakeBackend
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(256, 256, 256)
@@ -96,7 +96,7 @@ class RecordingWorker:
 
 
 def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, worker):
-    from autotune.study import FINAL_ROUNDS
+    from autotune.search.search import FINAL_ROUNDS
 
     recording = RecordingWorker(worker)
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
@@ -112,7 +112,7 @@ def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, wor
 
 def test_pooled_measurement_merges_every_launch():
     from autotune.records import Measurement, Timing
-    from autotune.study import pooled
+    from autotune.search.search import pooled
 
     problem = GemmProblem(128, 128, 128)
     runs = [Measurement(Timing.from_samples([1.0, 2.0, 3.0]), 0.0, 0.2, 1980, 0, 50),
@@ -126,7 +126,7 @@ def test_pooled_measurement_merges_every_launch():
 def test_a_template_that_never_compiles_stops_the_search_with_nvrtcs_error(tmp_path, worker):
     from autotune.data_files import data_dir
     from autotune.errors import SearchError
-    from autotune.space import SearchSpace, space_path
+    from autotune.space.family import SearchSpace, space_path
 
     templates = tmp_path / "templates"
     templates.mkdir()
@@ -173,7 +173,7 @@ class PoolSlowAfter:
     stops_unfinished = True
 
     def __init__(self, jobs: int, fast: int):
-        from autotune.compile import CompilePool
+        from autotune.build.compile import CompilePool
 
         self.pool, self.fast, self.jobs = CompilePool(jobs), fast, jobs
         self.slow: list = []  # the futures of the minute-long compiles
@@ -219,7 +219,7 @@ def test_a_finished_search_waits_for_no_compile_it_will_not_use(tmp_path, worker
 
 
 def test_the_seeds_compile_while_the_study_opens(tmp_path, worker, monkeypatch):
-    from autotune import study as study_module
+    from autotune.search import search as study_module
 
     compiling_when_opened = []
 
@@ -243,8 +243,8 @@ def test_cublas_runs_while_the_study_opens(tmp_path, worker, monkeypatch):
     """The reference needs no study: it runs on the GPU while the study opens, not after."""
     import threading
 
-    from autotune import study as study_module
-    from autotune.worker import CublasTask
+    from autotune.gpu.worker import CublasTask
+    from autotune.search import search as study_module
 
     cublas_started = threading.Event()
     started_while_opening = []
@@ -290,7 +290,7 @@ def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
 def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_line_can_draw_too(tmp_path, worker):
     """The opening fills every compile process before the study opens, and the command line, drawing
     from the same seed, starts the same compiles (the pool then hands them to the search)."""
-    from autotune.draws import FeasibleDraws, opening_size, process_seed
+    from autotune.search.draws import FeasibleDraws, opening_size, process_seed
 
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
     compiling_when_opened = []
@@ -329,7 +329,7 @@ class BacklogSearch(Search):
 def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
     """Before TPE has 16 results to learn from, every config is a seed or a random draw: nothing
     compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
-    from autotune.study import READY_PER_LANE
+    from autotune.search.search import READY_PER_LANE
 
     search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
                            ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
@@ -342,7 +342,7 @@ def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
 
 
 def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
-    from autotune.study import READY_PER_LANE
+    from autotune.search.search import READY_PER_LANE
 
     space = SearchSpace(TINY)
     warm = [config for config in space if config not in space.seeds][:8]  # seeds too, given in advance

@@ -4,10 +4,10 @@ import collections
 
 import pytest
 
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.space import SearchSpace, load_space
-from autotune.survey import survey
+from autotune.space.family import SearchSpace, load_space
+from autotune.space.survey import survey
 
 
 def _one_by_one(space, gpu, problem):

@@ -14,14 +14,14 @@ import optuna
 import pytest
 import sqlalchemy
 
-from autotune.db import ResultStore
-from autotune.gpus import gpu_spec
-from autotune.ledger import evaluated_on_gpu
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Timing
-from autotune.space import SearchSpace
-from autotune.study import SearchSettings, study_name
-from autotune.sweep import Sweep, SweepProgress, SweepSettings, warm_start_configs
+from autotune.results import ResultStore
+from autotune.search.search import SearchSettings, study_name
+from autotune.search.study import evaluated_on_gpu
+from autotune.search.sweep import Sweep, SweepProgress, SweepSettings, warm_start_configs
+from autotune.space.family import SearchSpace
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -71,7 +71,7 @@ def measurement(ms: float, problem: GemmProblem) -> Measurement:
 
 @pytest.fixture(scope="module")
 def worker():
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
 
     with GpuWorker(backend="fake") as fake:
         yield fake
@@ -79,7 +79,7 @@ def worker():
 
 @pytest.fixture(scope="module")
 def pool():
-    from autotune.compile import CompilePool
+    from autotune.build.compile import CompilePool
 
     with CompilePool(1) as compile_pool:  # one process: candidates reach the GPU in the order proposed
         yield compile_pool
@@ -268,9 +268,9 @@ def test_eta_comes_from_the_pace_of_this_runs_evaluations():
 @pytest.mark.gpu
 def test_on_the_gpu_each_cubin_verifies_at_the_other_shapes(tmp_path):
     """Cubins do not depend on the shape: the best kernels of one shape pass verification at the others."""
-    from autotune.compile import CompilePool
-    from autotune.gpus import GPUS
-    from autotune.worker import GpuWorker
+    from autotune.build.compile import CompilePool
+    from autotune.gpu.worker import GpuWorker
+    from autotune.gpu_specs import GPUS
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     problems = [GemmProblem(256, 192, 64), GemmProblem(130, 320, 96), GemmProblem(64, 64, 200)]

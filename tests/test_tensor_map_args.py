@@ -4,9 +4,9 @@ import types
 
 import numpy
 
+from autotune.gpu.worker import TENSOR_MAP_DTYPE, _KernelLaunch
+from autotune.kernel_abi import TensorMapSpec
 from autotune.problem import GemmProblem
-from autotune.tensor_map import TensorMapSpec
-from autotune.worker import TENSOR_MAP_DTYPE, _KernelLaunch
 
 
 def _array(pointer, itemsize=2):

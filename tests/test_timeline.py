@@ -4,7 +4,7 @@ import json
 
 from test_cli import assert_one_line_error, autotune
 
-from autotune.timeline import COMPILE, SEARCH, Timeline
+from autotune.search.timeline import COMPILE, SEARCH, Timeline
 
 
 def _rows(events):

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from results_data import ENV, PROBLEM, fill, snapshot
 
-from autotune import tuned
 from autotune.data_files import data_dir
-from autotune.db import FailureEntry, ResultStore
-from autotune.db import rows as rows_module
 from autotune.errors import DatabaseError, InputError
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.records import Measurement, Resources, Timing
-from autotune.space import load_space
+from autotune.results import FailureEntry, ResultStore
+from autotune.results import files as tuned
+from autotune.results import rows as rows_module
+from autotune.space.family import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "tuned_db" / "h200.jsonl"

@@ -18,13 +18,22 @@ def run(command, cwd, env=None, timeout=600):
     return result
 
 
+_IGNORED = shutil.ignore_patterns("*.egg-info", "__pycache__", ".pytest_cache")
+
+
+def _left_behind(folder: str, names: list[str]) -> set[str]:
+    """What a clean copy of the source tree leaves out: caches everywhere, and the top level's
+    build outputs, virtual environment and benchmarks (``autotune/build`` is a package)."""
+    top = {".git", ".venv", "build", "dist", "bench"} if Path(folder) == ROOT else set()
+    return set(_IGNORED(folder, names)) | (top & set(names))
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A fresh venv with the wheel (and its dependencies) installed; the source tree is not on its path."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"  # a clean copy: no build/ or egg-info from an editable install leaks in
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
-                                                                 "__pycache__", ".pytest_cache", "bench"))
+    shutil.copytree(ROOT, source, ignore=_left_behind)
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)], work)
     wheels = list((work / "dist").glob("autotune-*.whl"))
     assert len(wheels) == 1

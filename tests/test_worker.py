@@ -20,9 +20,7 @@ import time
 import pytest
 
 from autotune.errors import FailureClass, NoGpuError
-from autotune.problem import GemmProblem
-from autotune.records import Failure, Measurement, Resources
-from autotune.worker import (
+from autotune.gpu.worker import (
     CONTEXT_LOST,
     STICKY_FAULTS,
     CublasTask,
@@ -34,6 +32,8 @@ from autotune.worker import (
     describe_exception,
     verification_problems,
 )
+from autotune.problem import GemmProblem
+from autotune.records import Failure, Measurement, Resources
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SLACK_S = 5.0  # kill + join of a sleeping child, generously
@@ -190,7 +190,7 @@ def test_parent_never_imports_cupy():
         """
         import sys
         from autotune.errors import NoGpuError
-        from autotune.worker import GpuWorker, ProbeTask
+        from autotune.gpu.worker import GpuWorker, ProbeTask
         with GpuWorker(backend="fake") as worker:
             worker.environment()
             for action in ("ok", "fault", "exit", "ok"):
@@ -202,7 +202,7 @@ def test_parent_never_imports_cupy():
         except NoGpuError as error:
             print("no gpu:", error)
         leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("cupy", "cupy_backends", "cupyx"))
-        leaked += [m for m in ("autotune.measure", "pynvml") if m in sys.modules]
+        leaked += [m for m in ("autotune.gpu.measure", "pynvml") if m in sys.modules]
         print("LEAKED", leaked)
         """
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from autotune.urls import without_secrets
 from autotune.errors import DatabaseError, GpuMismatchError, InputError
-from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
+from autotune.gpu_specs import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
 from autotune.problem import DTYPES
 from autotune.records import Environment
-from autotune.space import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
-from autotune.survey import survey
+from autotune.results.urls import without_secrets
+from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
+from autotune.space.survey import survey
 
 EXIT_USAGE = 2
 
@@ -71,7 +71,7 @@ def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
 
 def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
     """``--family`` (a shipped family's name or the path of a space file, see
-    :func:`~autotune.space.resolve_family`), or the highest-priority family for ``--dtype``
+    :func:`~autotune.space.family.resolve_family`), or the highest-priority family for ``--dtype``
     that can run on ``gpu``."""
     if args.family:
         space = resolve_family(args.family)
@@ -98,7 +98,7 @@ def offline_gpu(name: str) -> GpuSpec:
     """``--gpu`` for offline commands: a named model, or ``auto`` through NVML."""
     if name.lower() != AUTO:
         return gpu_spec(name)
-    from autotune.detect import attached_gpu
+    from autotune.gpu.detect import attached_gpu
 
     return attached_gpu()
 
@@ -111,9 +111,9 @@ def require_positive(what: str, value: int | float | None) -> None:
 
 
 def open_store(url: str | None):
-    """The result store at ``url`` (by default :func:`autotune.db.default_url`); its errors never
+    """The result store at ``url`` (by default :func:`autotune.results.default_url`); its errors never
     show the URL's password."""
-    from autotune.db import ResultStore, default_url
+    from autotune.results import ResultStore, default_url
 
     url = url or default_url()
     try:

@@ -13,10 +13,10 @@ import dataclasses
 from pathlib import Path
 
 from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.text import table as text_table
 from autotune.errors import InputError
-from autotune.gpus import GPUS, gpu_spec
+from autotune.gpu_specs import GPUS, gpu_spec
 from autotune.problem import DTYPES
-from autotune.report import table as text_table
 
 FORMATS = ("cuda", "python", "json")
 
@@ -44,8 +44,8 @@ def file_name(fmt: str, scope: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.export.table import build_table, spec_for_arch
     from autotune.runtime.sources import shipped_store
+    from autotune.select.kernel_table import build_table, spec_for_arch
 
     if args.format not in FORMATS:
         raise InputError("--format", args.format, ", ".join(FORMATS))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.gpus import GPUS
-from autotune.report import table
+from autotune.cli.text import table
+from autotune.gpu_specs import GPUS
 
 
 def register(sub) -> None:

@@ -13,9 +13,9 @@ from autotune.cli.arguments import (
     requested_gpu,
     require_positive,
 )
+from autotune.cli.text import ratio_text, table
 from autotune.problem import make_problem
 from autotune.records import Measurement
-from autotune.report import ratio_text, table
 
 
 def register(sub) -> None:
@@ -31,8 +31,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.ladder import climb
-    from autotune.worker import GpuWorker
+    from autotune.gpu.worker import GpuWorker
+    from autotune.search.ladder import climb
 
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)

@@ -20,12 +20,12 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.plot import pyplot, write_plots
+    from autotune.select.plot import pyplot, write_plots
 
     pyplot()  # no matplotlib: one line naming the extra, before the database is read
     chosen = selection(args)
     if not chosen.table.rules:
-        from autotune.plot import PlotError
+        from autotune.select.plot import PlotError
 
         raise PlotError(f"nothing to plot: no tuned {chosen.dtype} results for {chosen.gpu.key} in {chosen.source}")
     title = f"{chosen.gpu.key} {chosen.dtype}, {len(chosen.table.kernels)} kernels"

@@ -13,12 +13,12 @@ from autotune.cli.arguments import (
     open_store,
     require_positive,
 )
+from autotune.cli.text import ratio_text, table
 from autotune.errors import InputError
-from autotune.gpus import AUTO, GpuSpec, gpu_spec
-from autotune.objective import Point, pareto_front
+from autotune.gpu_specs import AUTO, GpuSpec, gpu_spec
 from autotune.problem import GemmProblem, make_problem
-from autotune.report import ratio_text, table
-from autotune.space import resolve_family
+from autotune.search.objective import Point, pareto_front
+from autotune.space.family import resolve_family
 
 
 def register(sub) -> None:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _known_arch(arch: str) -> str:
-    from autotune.export.table import spec_for_arch
+    from autotune.select.kernel_table import spec_for_arch
 
     return spec_for_arch(arch).sm
 

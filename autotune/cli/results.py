@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autotune.cli.arguments import add_db_argument, open_store, require_positive
 from autotune.errors import InputError
-from autotune.gpus import gpu_spec
+from autotune.gpu_specs import gpu_spec
 
 
 def register(sub) -> None:
@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from autotune import tuned
+    from autotune.results import files as tuned
 
     if args.action == "export":
         if not args.gpu or args.files or args.shipped:
@@ -66,7 +66,7 @@ def _shipped_files() -> list[Path]:
 
 
 def _export_summary(written, gpu_key: str, per_problem: int | None) -> str:
-    from autotune.db import FailureEntry
+    from autotune.results import FailureEntry
 
     failures = sum(isinstance(entry, FailureEntry) for entry in written.entries)
     windows = sum(len(entry.energy_windows) for entry in written.entries if not isinstance(entry, FailureEntry))

@@ -22,16 +22,16 @@ from autotune.cli.arguments import (
     requested_gpu,
     require_positive,
 )
+from autotune.cli.text import ProgressLine, ratio_text, table
 from autotune.errors import InputError
-from autotune.gpus import FAKE_SUFFIX, GPUS
-from autotune.objective import make_objective
+from autotune.gpu_specs import FAKE_SUFFIX, GPUS
 from autotune.problem import GemmProblem, make_problem
-from autotune.report import ProgressLine, ratio_text, table
-from autotune.timeline import SEARCH, Timeline, span
+from autotune.search.objective import make_objective
+from autotune.search.timeline import SEARCH, Timeline, span
 
 if TYPE_CHECKING:
-    from autotune.compile import CompilePool
-    from autotune.worker import GpuWorker
+    from autotune.build.compile import CompilePool
+    from autotune.gpu.worker import GpuWorker
 
 
 def register(sub) -> None:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
         if space is not None:
             _compile_opening_now(pool, space, _search_gpu(requested, args), problem, args.seed, args.trials)
-        from autotune.study import Search, SearchSettings
+        from autotune.search.search import Search, SearchSettings
 
         gpu = _search_gpu(requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
                                                          workers[0].device_properties()), args)
@@ -127,8 +127,8 @@ def _compile_opening_now(pool: CompilePool, space, gpu, problem: GemmProblem, se
     """Start compiling the search's opening (the seeds, then random feasible configs) while the
     search's own modules load: the search draws the same opening from the same seed, and the pool
     hands it these compiles, finished or not."""
-    from autotune.draws import FeasibleDraws, opening_size, process_seed
-    from autotune.render import render
+    from autotune.build.render import render
+    from autotune.search.draws import FeasibleDraws, opening_size, process_seed
 
     for config in FeasibleDraws(space, gpu, problem, process_seed(seed)).opening(opening_size(pool.jobs, trials)):
         pool.prefetch(render(space, config, gpu))
@@ -142,8 +142,8 @@ def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> t
     """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
     CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
     process chooses the family and the search starts."""
-    from autotune.compile import CompilePool
-    from autotune.worker import GpuWorker
+    from autotune.build.compile import CompilePool
+    from autotune.gpu.worker import GpuWorker
 
     workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
                for i in range(args.workers)]
@@ -192,7 +192,7 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
 
 
 def time_spent_text(spent: dict) -> str:
-    """One line: where a search's wall time went (see :class:`autotune.time_spent.TimeSpent`)."""
+    """One line: where a search's wall time went (see :class:`autotune.search.time_spent.TimeSpent`)."""
 
     def s(name: str) -> float:
         return spent.get(name, {}).get("seconds", 0.0)

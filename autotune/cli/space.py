@@ -7,12 +7,12 @@ import dataclasses
 import json
 
 from autotune.cli.arguments import add_problem_arguments, family_space, offline_gpu
+from autotune.cli.text import table
 from autotune.errors import InputError
-from autotune.gpus import GpuSpec
+from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem, make_problem
-from autotune.report import table
-from autotune.space import SearchSpace, Verdict
-from autotune.survey import survey
+from autotune.space.family import SearchSpace, Verdict
+from autotune.space.survey import survey
 
 
 def register(sub) -> None:
@@ -88,9 +88,9 @@ def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> l
 
 
 def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list) -> list[dict]:
-    from autotune.check import resource_violation
-    from autotune.compile import CompileFailure, CompilePool
-    from autotune.render import render
+    from autotune.build.compile import CompileFailure, CompilePool
+    from autotune.build.render import render
+    from autotune.build.resources import resource_violation
 
     if not configs:
         return []

@@ -18,13 +18,13 @@ from autotune.cli.arguments import (
     requested_gpu,
     require_positive,
 )
+from autotune.cli.text import ratio_text, table
 from autotune.errors import InputError
-from autotune.gpus import AUTO, FAKE_SUFFIX, GPUS
+from autotune.gpu_specs import AUTO, FAKE_SUFFIX, GPUS
 from autotune.problem import DTYPES, GemmProblem, make_problem
-from autotune.report import ratio_text, table
 from autotune.shapes import SHAPE_SETS, read_shapes
 
-DEFAULT_TRIALS = 24  # as autotune.sweep.DEFAULT_TRIALS (not imported: it pulls in the search)
+DEFAULT_TRIALS = 24  # as autotune.search.sweep.DEFAULT_TRIALS (not imported: it pulls in the search)
 DEFAULT_TOP = 4
 
 
@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
 
-    from autotune.compile import CompilePool
-    from autotune.study import SearchSettings
-    from autotune.sweep import Sweep, SweepSettings
-    from autotune.worker import GpuWorker
+    from autotune.build.compile import CompilePool
+    from autotune.gpu.worker import GpuWorker
+    from autotune.search.search import SearchSettings
+    from autotune.search.sweep import Sweep, SweepSettings
 
     with contextlib.ExitStack() as stack:
         worker = stack.enter_context(contextlib.closing(GpuWorker(device=args.device, backend=args.backend)))

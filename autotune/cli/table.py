@@ -8,15 +8,15 @@ import json
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import add_db_argument, open_store
-from autotune.cover import MAX_KERNELS
+from autotune.cli.text import table as text_table
 from autotune.errors import InputError
-from autotune.gpus import GPUS, GpuSpec, gpu_spec
+from autotune.gpu_specs import GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
-from autotune.report import table as text_table
+from autotune.select.cover import MAX_KERNELS
 from autotune.shapes import SHAPE_SETS
 
-if TYPE_CHECKING:  # autotune.select loads the database layer: only the commands that build a table need it
-    from autotune.select import HeldOut, Results, SelectionTable
+if TYPE_CHECKING:  # autotune.select.selection loads the database layer: only the commands that build a table need it
+    from autotune.select.selection import HeldOut, Results, SelectionTable
 
 LEAVE_ONE_OUT = "leave-one-out"
 
@@ -58,7 +58,7 @@ class Selection:
 
 def selection(args: argparse.Namespace) -> Selection:
     """The table ``args`` asks for, built from its database and judged on its held-out shapes."""
-    from autotune.select import build, held_out, judge
+    from autotune.select.selection import build, held_out, judge
 
     gpu = gpu_spec(args.gpu)
     if args.dtype not in DTYPES:
@@ -142,7 +142,7 @@ def _print_held_out(chosen: Selection) -> None:
 
 def quality_line(chosen: Selection) -> str:
     """One line: geometric means and worst of best/pick and cuBLAS/pick, and the shapes without a measured pick."""
-    from autotune.select import quality
+    from autotune.select.selection import quality
 
     q = quality(chosen.report)
     text = f"held-out picks measured on {q.measured} of {q.shapes} shapes ({chosen.held_out_from})"
@@ -158,7 +158,7 @@ def quality_line(chosen: Selection) -> str:
 
 def to_json(chosen: Selection) -> dict:
     """Everything ``autotune table`` shows, machine-readably."""
-    from autotune.select import quality
+    from autotune.select.selection import quality
 
     table = chosen.table
     loo = chosen.held_out_from == LEAVE_ONE_OUT
@@ -222,7 +222,7 @@ def _ratio(value: float | None, suffix: str = "x") -> str:
 def _launch(kernel, gpu) -> dict | None:
     """The kernel's launch contract (block, grid over M, N, K, shared memory, tensor maps)."""
     from autotune.errors import AutotuneError
-    from autotune.export.table import table_kernel
+    from autotune.select.kernel_table import table_kernel
 
     try:
         return table_kernel(kernel.family, kernel.params, gpu).launch.to_dict()

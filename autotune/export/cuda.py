@@ -19,12 +19,11 @@ from typing import Any
 import jinja2
 
 from autotune import __version__
-from autotune.cubin import parameter_sizes
+from autotune.build.contract import to_c
+from autotune.build.cubin import parameter_sizes
 from autotune.errors import InputError
-from autotune.export.contract import to_c
-from autotune.export.table import DtypeTable, KernelTable, TableError, TableKernel
-from autotune.tensor_map import SWIZZLES
-from autotune.worker import argument_bytes
+from autotune.kernel_abi import SWIZZLES, argument_bytes
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel
 
 LIBRARY_FILES = Path(__file__).resolve().parent / "cuda_library"
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
-from autotune.export.table import KernelTable, read_table
 from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
 from autotune.runtime.operands import Operand
 from autotune.runtime.sources import check_arch, choose_table
+from autotune.select.kernel_table import KernelTable, read_table
 
 __all__ = ["Runtime", "gemm", "matmul", "explain", "load", "Decision"]
 

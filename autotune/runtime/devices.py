@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy
 
-from autotune.export.table import TableKernel, compile_table_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
+from autotune.select.kernel_table import TableKernel, compile_table_kernel
 
 SMEM_DEFAULT_LIMIT = 48 * 1024
 
@@ -137,7 +137,7 @@ class CupyDevice:
             self.cupy.matmul(a.array, b.array, out=c.array)
             return
         if a.dtype is not None and a.element == b.element == c.element and a.row_major and b.row_major and c.row_major:
-            from autotune.measure import CublasGemm
+            from autotune.gpu.measure import CublasGemm
 
             CublasGemm(a.array, b.array, c.array, alpha, beta)()
             return
@@ -173,7 +173,7 @@ class CupyDevice:
     def _encode_maps(kernel: TableKernel, a: Operand, b: Operand, c: Operand, m: int, n: int, k: int) -> list[bytes]:
         """The kernel's tensor maps for these operands; zeros for an operand TMA cannot address (the kernel
         then copies element-wise)."""
-        from autotune.tensor_map import argument
+        from autotune.kernel_abi import argument
 
         operands = {"A": a, "B": b, "C": c}
         maps = [argument(spec, operands[spec.operand].pointer, m, n, k, operands[spec.operand].array.itemsize)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from autotune.errors import InputError
-from autotune.export.table import KernelTable, TableKernel, TableRule
 from autotune.runtime.operands import Operand
+from autotune.select.kernel_table import KernelTable, TableKernel, TableRule
 
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: tuned kernels need 16-byte-aligned operand starts (vector and TMA loads)

@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 
 from autotune.errors import AutotuneError
-from autotune.export.table import KernelTable, TableError, build_table, read_table
-from autotune.gpus import spec_for_device
+from autotune.gpu_specs import spec_for_device
 from autotune.problem import DTYPES
 from autotune.runtime.dispatch import TableChoice
+from autotune.select.kernel_table import KernelTable, TableError, build_table, read_table
 
 TABLE_VARIABLE = "AUTOTUNE_TABLE"
 
@@ -80,7 +80,7 @@ USER, SHIPPED = "the results database", "the results shipped with autotune"
 
 def _user_store():
     """The user's results database if it exists and opens, else None."""
-    from autotune.db import ResultStore, default_url
+    from autotune.results import ResultStore, default_url
 
     url = default_url() if os.environ.get("AUTOTUNE_DB") else _existing_default()
     if url is None:
@@ -113,9 +113,8 @@ def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | 
 
 def shipped_table_path(key: str | None, arch: str) -> Path:
     """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
-    from autotune.compile import cache_dir
-
-    from autotune.export.table import SCHEMA_VERSION, SELECTION_RULE
+    from autotune.build.compile import cache_dir
+    from autotune.select.kernel_table import SCHEMA_VERSION, SELECTION_RULE
 
     digest = _shipped_digest(key, arch, SCHEMA_VERSION, SELECTION_RULE)  # a new rule builds the table anew
     return cache_dir() / "tables" / f"shipped-{key or arch}-{digest}.json"
@@ -133,7 +132,7 @@ def _shipped_digest(*extra) -> str:
 
 
 def _existing_default() -> str | None:
-    from autotune.db.store import default_path
+    from autotune.results.store import default_path
 
     path = default_path()
     return "sqlite:///" + str(path) if path.exists() else None
@@ -142,10 +141,10 @@ def _existing_default() -> str | None:
 def shipped_store():
     """A database holding the tuned results that ship with autotune, built once into the disk cache
     (``<cache>/shipped``, named after a hash of those results and autotune's version) and opened from there."""
-    from autotune import tuned
-    from autotune.compile import cache_dir
+    from autotune.build.compile import cache_dir
     from autotune.data_files import data_dir
-    from autotune.db import ResultStore
+    from autotune.results import ResultStore
+    from autotune.results import files as tuned
 
     path = cache_dir() / "shipped" / f"results-{_shipped_digest()}.db"
     if not path.exists():

@@ -45,7 +45,7 @@ static const autotune_rule* nearest_rule(const autotune_dtype_table* table, int 
     return best;
 }
 
-/* The k-tiles the busiest SM runs: autotune.scaling.busiest_sm_work. */
+/* The k-tiles the busiest SM runs: autotune.select.scaling.busiest_sm_work. */
 static int64_t work(const autotune_kernel* kernel, int sms, int64_t m, int64_t n, int64_t k) {
     int64_t grid[3];
     kernel->grid(m, n, k, grid);
@@ -61,7 +61,7 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
     double best_ms = 0.0;
     for (int i = 0; i < rule->time_count; ++i) {
         const autotune_kernel* kernel = &autotune_gemm_kernels[rule->times[i].kernel];
-        /* autotune.scaling.scaled_ms: ms * work here / work there, left to right */
+        /* autotune.select.scaling.scaled_ms: ms * work here / work there, left to right */
         double predicted = rule->times[i].ms * (double)work(kernel, table->sms, m, n, k) /
                            (double)work(kernel, table->sms, rule->m, rule->n, rule->k);
         if (best < 0 || predicted < best_ms) {
@@ -75,7 +75,7 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
 }
 
 /* The table's tuned range: per axis from ceil(smallest tuned size / 2) to twice the largest, as
-   autotune.export.table.DtypeTable.outside defines it. 0 inside; else the axis (0 m, 1 n, 2 k) + 1,
+   autotune.select.kernel_table.DtypeTable.outside defines it. 0 inside; else the axis (0 m, 1 n, 2 k) + 1,
    with the bounds in low and high. */
 int autotune_gemm_outside(const autotune_dtype_table* table, int m, int n, int k, long long* low, long long* high) {
     const int sizes[3] = {m, n, k};

@@ -14,7 +14,7 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k);
 /* Sizes the table was tuned for, per axis: from ceil(smallest tuned / AUTOTUNE_TUNED_RANGE_FACTOR) to
    largest tuned * AUTOTUNE_TUNED_RANGE_FACTOR. 0 when m, n and k are all inside; else 1, 2 or 3 for the
    first axis outside (m, n, k), with that axis's bounds in low and high. */
-#define AUTOTUNE_TUNED_RANGE_FACTOR 2 /* autotune.export.table.TUNED_RANGE_FACTOR */
+#define AUTOTUNE_TUNED_RANGE_FACTOR 2 /* autotune.select.kernel_table.TUNED_RANGE_FACTOR */
 int autotune_gemm_outside(const autotune_dtype_table* table, int m, int n, int k, long long* low, long long* high);
 
 #endif

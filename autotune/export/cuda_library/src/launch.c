@@ -11,7 +11,7 @@
 #define MAX_GRID_YZ 65535LL
 #define TMA_ALIGNMENT 16
 
-/* The map of `spec`'s operand, as autotune/tensor_map.py encodes it; zeros where TMA cannot address the
+/* The map of `spec`'s operand, as autotune/kernel_abi.py encodes it; zeros where TMA cannot address the
    operand (its rows are not a multiple of 16 bytes): the kernel then copies it element by element. */
 static autotune_status encode(const autotune_driver* driver, const autotune_tensor_map_spec* spec,
                               const autotune_call* call, CUtensorMap* map) {

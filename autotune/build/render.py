@@ -1,0 +1,110 @@
+"""Render a Config of a kernel family into CUDA source through its Jinja template.
+
+Templates may come from a colleague's folder, so they render in Jinja's sandbox
+(no attribute walks to Python internals, no calls to anything unsafe), only
+from files inside their family's template folder, and with ``**`` and repetition
+of strings and lists bounded.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from pathlib import Path
+
+import jinja2
+import jinja2.sandbox
+
+from autotune.build.source import KernelSource
+from autotune.errors import SpaceError
+from autotune.gpu_specs import GpuSpec
+from autotune.space.family import Config, SearchSpace, inside_folder
+
+MAX_POWER_BITS = 4096  # the largest result of ** in a template
+MAX_REPEAT = 1 << 20  # the longest string or list ``*`` may make
+
+
+class _FolderLoader(jinja2.BaseLoader):
+    """Templates that are files inside one folder (no ``..``, no links leading out)."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+
+    def get_source(self, environment, template):
+        path = inside_folder(self.folder, template)
+        mtime = path.stat().st_mtime
+        return path.read_text(), str(path), lambda: path.exists() and path.stat().st_mtime == mtime
+
+
+class _BoundedSandbox(jinja2.sandbox.SandboxedEnvironment):
+    """The sandbox, with ``**`` and ``*`` refused where their result would be huge."""
+
+    intercepted_binops = frozenset({"**", "*"})
+
+    def call_binop(self, context, operator_name, left, right):
+        if operator_name == "**":
+            _check_power(left, right)
+            return operator.pow(left, right)
+        if operator_name == "*":
+            _check_repeat(left, right)
+            return operator.mul(left, right)
+        return super().call_binop(context, operator_name, left, right)
+
+
+def _check_power(base, exponent) -> None:
+    if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1:
+        if exponent > MAX_POWER_BITS or abs(base).bit_length() * exponent > MAX_POWER_BITS:
+            raise jinja2.sandbox.SecurityError(f"{base} ** {exponent} is too large")
+
+
+def _check_repeat(left, right) -> None:
+    for sequence, count in ((left, right), (right, left)):
+        if isinstance(sequence, (str, list, tuple)) and isinstance(count, int) and len(sequence) * count > MAX_REPEAT:
+            raise jinja2.sandbox.SecurityError(f"a sequence repeated {count} times is too long")
+
+
+@functools.cache
+def _environment(template_dir: str) -> jinja2.Environment:
+    return _BoundedSandbox(
+        loader=_FolderLoader(template_dir),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
+    """Render ``config``; every template variable must be a knob or derived integer.
+
+    Raises:
+        SpaceError: the config's name is not an identifier, a value is missing or not an
+            integer, or the template is missing, malformed, names an undefined variable or
+            tries something the sandbox forbids.
+    """
+    if not config.name.isidentifier():
+        raise SpaceError(f"{config.name!r} is not a kernel name (family and knob names are identifiers)")
+    values = space.values(config, gpu)
+    variables: dict[str, int | str] = {"NAME": config.name}
+    for name, value in values.items():
+        if name in ("gpu", "problem"):
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, int):
+            raise SpaceError(f"{config.name}: {name} = {value!r} is not an integer")
+        variables[name] = value
+    try:
+        code = _environment(str(space.template_dir)).get_template(space.template).render(**variables)
+    except jinja2.UndefinedError as error:
+        raise SpaceError(f"{space.template}: {error.message}") from None
+    except jinja2.sandbox.SecurityError as error:
+        raise SpaceError(f"{space.template}: refused by the template sandbox: {error}") from None
+    except jinja2.TemplateSyntaxError as error:
+        raise SpaceError(f"{space.template} line {error.lineno}: {error.message}") from None
+    except jinja2.TemplateNotFound as error:
+        raise SpaceError(f"{space.template}: template {error.name!r} is not a file in {space.template_dir}") from None
+    except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError) as error:
+        raise SpaceError(f"{space.template}: {type(error).__name__}: {' '.join(str(error).split())}") from None
+    return KernelSource(entry=config.name, code=code, template_hash=space.template_hash, target=space.target(gpu))

@@ -1,0 +1,595 @@
+"""The results database: measurements and failures of GEMM kernels, per machine.
+
+Any number of processes may open one database and write to it at once (see
+README, "Where results live"): the schema is migrated under a lock
+(:mod:`autotune.results.schema`), every write is one transaction retried with backoff
+until it succeeds or fails with one line (:mod:`autotune.results.retry`), and every
+measurement, failure and energy window has a unique fingerprint
+(:mod:`autotune.results.fingerprint`), so a result written twice is stored once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotune import records
+from autotune.errors import DatabaseError
+from autotune.problem import GemmProblem
+from autotune.results import engine as engines
+from autotune.results import retry, rows, schema
+from autotune.results.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
+from autotune.results.models import CANDIDATE, CUBLAS, EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
+from autotune.results.urls import shown_url
+from autotune.space.family import Config
+
+MIGRATIONS = schema.MIGRATIONS
+WRITE_TIMEOUT_S = 120.0  # how long a write keeps retrying a busy database before it fails
+Result = TypeVar("Result")
+
+
+@dataclasses.dataclass(frozen=True)
+class BestRow:
+    """The best measurement of one candidate kernel for a problem on a GPU.
+
+    ``cublas_median_ms`` is the median of the cuBLAS reference medians measured in
+    the same environment for the same problem; ``ratio_to_cublas`` is that over
+    ``median_ms`` (above 1 means faster than cuBLAS). Both are None without a reference.
+    """
+
+    config_name: str
+    family: str
+    params: dict[str, int]
+    median_ms: float
+    tflops: float
+    cublas_median_ms: float | None
+    ratio_to_cublas: float | None
+    gpu_name: str
+    arch: str
+    driver: str
+    measured_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyRow:
+    """One energy window joined with the time of the measurement it belongs to."""
+
+    config_name: str  # "cublas" for the reference
+    median_ms: float
+    energy_per_gemm_j: float
+    energy_per_gemm_counter_j: float | None
+    mean_power_w: float
+    idle_power_w: float | None
+    sm_clock_mhz_mean: float | None
+    throttled: bool
+    study: str | None
+
+
+def default_path() -> Path:
+    """``$XDG_DATA_HOME/autotune/results.db`` (``XDG_DATA_HOME`` defaults to ``~/.local/share``):
+    the default database file, whether it exists or not."""
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):  # the XDG spec says to ignore relative paths
+        data_home = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data_home, "autotune", "results.db")
+
+
+def default_url() -> str:
+    """The database URL used when none is given.
+
+    ``$AUTOTUNE_DB`` when that variable is set: a URL as it is (it holds ``://``),
+    else a SQLite file name. Without it, ``sqlite:///$XDG_DATA_HOME/autotune/results.db``
+    (``XDG_DATA_HOME`` defaults to ``~/.local/share``), creating the ``autotune``
+    directory if needed.
+
+    Raises:
+        DatabaseError: the directory cannot be created.
+    """
+    path = os.environ.get("AUTOTUNE_DB")
+    if path:
+        return path if "://" in path else "sqlite:///" + os.path.expanduser(path)
+    directory = default_path().parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseError(f"cannot create database directory '{directory}': {exc.strerror or exc}") from exc
+    return "sqlite:///" + str(directory / "results.db")
+
+
+class ResultStore:
+    """Measurements and failures in a SQLAlchemy database (SQLite by default).
+
+    Args:
+        url: a SQLAlchemy URL, e.g. ``default_url()`` or ``postgresql://host/db``.
+            A SQLite file is created if missing, but not its directory.
+        write_timeout_s: how long a write retries a busy database before it fails.
+
+    Raises:
+        DatabaseError: the database cannot be opened, read or migrated, or it is a
+            SQLite file of something else. Nothing is written to a database that
+            cannot be read or is not autotune's. Every message shows the URL with
+            its password masked.
+    """
+
+    def __init__(self, url: str, *, write_timeout_s: float = WRITE_TIMEOUT_S):
+        self.url = url
+        self._write_timeout_s = write_timeout_s
+        try:
+            parsed = make_url(url)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise DatabaseError(f"cannot open database '{_masked(url)}': {_one_line(exc)}") from exc
+        self._password = parsed.password
+        self._shown = shown_url(parsed.render_as_string(hide_password=True))
+        self._engine = self._create_engine(parsed)
+        if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
+            self.url = self._engine.url.render_as_string(hide_password=False)
+        try:
+            self._prepare_schema()
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._known_ids: dict[tuple, int] = {}  # environments, problems, kernels already committed
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(self._engine.execution_options(**engines.WRITE), expire_on_commit=False,
+                                            info={rows.KNOWN_IDS: self._known_ids})
+
+    def _create_engine(self, parsed: URL):
+        cannot = f"cannot open database '{self._shown}'"
+        reason = _sqlite_file_problem(parsed)
+        if reason is not None:
+            raise DatabaseError(f"{cannot}: {reason}")
+        try:
+            return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s))
+        except NoSuchModuleError as exc:
+            raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}'") from exc
+        except ImportError as exc:
+            raise DatabaseError(f"{cannot}: driver not installed ({self._reason(exc)})") from exc
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
+
+    def _prepare_schema(self) -> None:
+        """Migrate to the newest schema (:mod:`autotune.results.schema`), retried while the database is busy."""
+        cannot = f"cannot open database '{self._shown}'"
+        try:
+            retry.run(lambda: schema.prepare(self._engine, self._shown), self._write_timeout_s)
+        except retry.GaveUp as exc:
+            raise DatabaseError(f"{cannot}: {self._reason(exc.__cause__)} ({exc})") from exc
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
+        except schema.UnknownRevision as exc:  # e.g. a revision from a newer autotune
+            raise DatabaseError(f"cannot migrate database '{self._shown}': {self._reason(exc)}") from exc
+
+    @property
+    def shown_url(self) -> str:
+        """The database URL with its password masked: the form every message shows."""
+        return self._shown
+
+    def __repr__(self) -> str:
+        return f"ResultStore({self._shown!r})"
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close all connections; the store must not be used afterwards."""
+        self._engine.dispose()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session that commits on success and rolls back on any error (one try, no retries).
+
+        Raises:
+            DatabaseError: the database refused a statement (one line, chained to
+                the SQLAlchemy error).
+        """
+        with self._sessions() as session:
+            try:
+                yield session
+                session.commit()
+            except SQLAlchemyError as exc:
+                session.rollback()
+                raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc)}") from exc
+
+    def add_measurement(
+        self,
+        env: records.Environment,
+        problem: GemmProblem,
+        config: Config | None,
+        template_hash: str | None,
+        measurement: records.Measurement,
+        study: str | None,
+        measured_at: dt.datetime | None = None,
+    ) -> int:
+        """Store a verified measurement and return its id.
+
+        The same measurement (same place, kernel, study, times and ``measured_at``)
+        is stored once: storing it again returns the id it already has.
+
+        Args:
+            config: the candidate's Config, or None for the cuBLAS reference.
+            template_hash: identifies the kernel template the candidate was built from.
+            study: the search (Optuna study name) it belongs to, if any.
+            measured_at: when it was measured, for imported results (default: now).
+
+        Raises:
+            DatabaseError: the write failed (after retries, where retrying could help).
+        """
+        entry = MeasurementEntry(env, problem, None if config is None else KernelRef.of(config, template_hash),
+                                 measurement, study, measured_at or _now())
+        return self._write(lambda session: rows.put_measurement(session, entry)[0])
+
+    def add_failure(
+        self,
+        env: records.Environment,
+        problem: GemmProblem,
+        config: Config | None,
+        template_hash: str | None,
+        failure: records.Failure,
+        study: str | None,
+    ) -> int:
+        """Store why a candidate produced no measurement and return the row id.
+
+        Raises:
+            DatabaseError: the write failed (after retries, where retrying could help).
+        """
+        entry = FailureEntry(env, problem, None if config is None else KernelRef.of(config, template_hash),
+                             failure, study, _now())
+        return self._write(lambda session: rows.put_failure(session, entry)[0])
+
+    def add_energy(self, measurement_id: int, window: records.EnergyWindow) -> int:
+        """Store an energy window for the measurement it belongs to; returns its id.
+
+        Raises:
+            DatabaseError: the write failed (for example, no such measurement).
+        """
+        entry = EnergyEntry(window, _now())
+
+        def write(session: Session) -> int:
+            owner = session.get(Measurement, measurement_id)
+            if owner is None:
+                raise DatabaseError(f"no measurement {measurement_id} in '{self._shown}'")
+            return rows.put_energy(session, measurement_id, owner.fingerprint, entry)[0]
+
+        return self._write(write)
+
+    def add_entries(self, entries: Sequence[MeasurementEntry | FailureEntry]) -> list[Added]:
+        """Store every entry in one transaction (all or nothing); what each one added, in order.
+
+        An entry already stored adds nothing (``Added.row`` False), but energy
+        windows it brings that are missing are added.
+
+        Raises:
+            DatabaseError: the write failed; nothing was stored.
+        """
+
+        def write(session: Session) -> list[Added]:
+            added = []
+            for entry in entries:
+                if isinstance(entry, FailureEntry):
+                    added.append(Added(rows.put_failure(session, entry)[1]))
+                    continue
+                key = rows.measurement_fingerprint(entry)
+                measurement_id, new = rows.put_measurement(session, entry, key)
+                windows = sum(rows.put_energy(session, measurement_id, key, window)[1]
+                              for window in entry.energy_windows)
+                added.append(Added(new, windows))
+            return added
+
+        return self._write(write)
+
+    def export_entries(self, gpu_key: str, per_problem: int | None = None) -> Export:
+        """The results of ``gpu_key``: every measurement with its energy windows, and every failure.
+
+        With ``per_problem``, only the ``per_problem`` fastest kernels of each
+        problem (each at its best measurement, with its energy windows) and every
+        cuBLAS measurement; no failures. :class:`Export` counts what was left out.
+        Entries come in a fixed order (problem, then time), whatever the row ids.
+        """
+        measurements = (
+            select(Measurement, Environment, Problem, Kernel)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .join(Problem, Measurement.problem_id == Problem.id)
+            .outerjoin(Kernel, Measurement.kernel_id == Kernel.id)
+            .where(Environment.gpu_key == gpu_key)
+        )
+        windows = (
+            select(EnergyWindow)
+            .join(Measurement, EnergyWindow.measurement_id == Measurement.id)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .where(Environment.gpu_key == gpu_key)
+        )
+        failures = (
+            select(Failure, Environment, Problem, Kernel)
+            .join(Environment, Failure.environment_id == Environment.id)
+            .join(Problem, Failure.problem_id == Problem.id)
+            .outerjoin(Kernel, Failure.kernel_id == Kernel.id)
+            .where(Environment.gpu_key == gpu_key)
+        )
+        with self.session() as session:
+            windows_of: dict[int, list[EnergyWindow]] = {}
+            for window in session.scalars(windows):
+                windows_of.setdefault(window.measurement_id, []).append(window)
+            for held in windows_of.values():
+                held.sort(key=lambda window: (rows.utc(window.created_at), window.fingerprint))
+            stored = [rows.measurement_entry(*row, windows_of.get(row[0].id, []))
+                      for row in session.execute(measurements)]
+            failed = [rows.failure_entry(*row) for row in session.execute(failures)]
+        stored.sort(key=lambda entry: (_problem_order(entry.problem), entry.measured_at,
+                                       rows.measurement_fingerprint(entry)))
+        failed.sort(key=lambda entry: (_problem_order(entry.problem), entry.failed_at, rows.failure_fingerprint(entry)))
+        if per_problem is None:
+            return Export([*stored, *failed])
+        kept = _fastest_per_problem(stored, per_problem)
+        return Export(kept, left_out_measurements=len(stored) - len(kept),
+                      left_out_energy_windows=sum(len(entry.energy_windows) for entry in stored)
+                      - sum(len(entry.energy_windows) for entry in kept),
+                      left_out_failures=len(failed))
+
+    def has_measurement(self, env: records.Environment, problem: GemmProblem, config: Config | None,
+                        template_hash: str | None, median_ms: float) -> bool:
+        """Whether a measurement of this kernel with this median is stored for ``env`` and ``problem``."""
+        with self.session() as session:
+            environment = rows.find(session, Environment, dataclasses.asdict(env))
+            stored_problem = rows.find(session, Problem, rows.problem_fields(problem))
+            if environment is None or stored_problem is None:
+                return False
+            kernel_id = None
+            if config is not None:
+                kernel = rows.find(session, Kernel, {"family": config.family, "name": config.name,
+                                                     "template_hash": template_hash})
+                if kernel is None:
+                    return False
+                kernel_id = kernel.id
+            query = select(func.count()).select_from(Measurement).where(
+                Measurement.environment_id == environment.id, Measurement.problem_id == stored_problem.id,
+                Measurement.kernel_id.is_(None) if kernel_id is None else Measurement.kernel_id == kernel_id,
+                Measurement.median_ms == float(median_ms))
+            return session.scalar(query) > 0
+
+    def energy(self, gpu_key: str, problem: GemmProblem) -> list[EnergyRow]:
+        """Every energy window for ``problem`` on ``gpu_key`` with its measurement's time, oldest first."""
+        query = (
+            select(EnergyWindow, Measurement, Kernel.name)
+            .join(Measurement, EnergyWindow.measurement_id == Measurement.id)
+            .outerjoin(Kernel, Measurement.kernel_id == Kernel.id)
+            .order_by(EnergyWindow.id)
+        )
+        query = _scope(query, gpu_key, problem, Measurement)
+        with self.session() as session:
+            return [
+                EnergyRow(
+                    config_name=name or CUBLAS,
+                    median_ms=window_measurement.median_ms,
+                    energy_per_gemm_j=window.energy_per_gemm_j,
+                    energy_per_gemm_counter_j=window.energy_per_gemm_counter_j,
+                    mean_power_w=window.mean_power_w,
+                    idle_power_w=window.idle_power_w,
+                    sm_clock_mhz_mean=window.sm_clock_mhz_mean,
+                    throttled=window.throttled,
+                    study=window_measurement.study,
+                )
+                for window, window_measurement, name in session.execute(query)
+            ]
+
+    def best(self, gpu_key: str, problem: GemmProblem, limit: int = 10) -> list[BestRow]:
+        """The fastest candidate kernels for exactly this problem on GPUs of ``gpu_key``.
+
+        One row per kernel (its lowest median over all its measurements, in any
+        environment of that GPU), fastest first, at most ``limit`` rows.
+
+        Raises:
+            DatabaseError: the query failed.
+        """
+        if limit < 1:
+            return []
+        rank = func.row_number().over(
+            partition_by=Measurement.kernel_id, order_by=[Measurement.median_ms, Measurement.id]
+        )
+        ranked = _scope(select(Measurement.id, rank.label("rank")), gpu_key, problem, Measurement)
+        ranked = ranked.where(Measurement.implementation == CANDIDATE).subquery()
+        query = (
+            select(Measurement, Kernel, Environment)
+            .join(ranked, ranked.c.id == Measurement.id)
+            .join(Kernel, Measurement.kernel_id == Kernel.id)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .where(ranked.c.rank == 1)
+            .order_by(Measurement.median_ms, Measurement.id)
+            .limit(limit)
+        )
+        references = select(Measurement.environment_id, Measurement.median_ms)
+        references = _scope(references, gpu_key, problem, Measurement)
+        references = references.where(Measurement.implementation == CUBLAS)
+        with self.session() as session:
+            found = session.execute(query).all()
+            cublas: dict[int, list[float]] = {}
+            for environment_id, median_ms in session.execute(references):
+                cublas.setdefault(environment_id, []).append(median_ms)
+        result = []
+        for measurement, kernel, environment in found:
+            reference = statistics.median(cublas[environment.id]) if environment.id in cublas else None
+            result.append(
+                BestRow(
+                    config_name=kernel.name,
+                    family=kernel.family,
+                    params=json.loads(kernel.params_json),
+                    median_ms=measurement.median_ms,
+                    tflops=measurement.tflops,
+                    cublas_median_ms=reference,
+                    ratio_to_cublas=reference / measurement.median_ms
+                    if reference is not None and measurement.median_ms > 0
+                    else None,
+                    gpu_name=environment.gpu_name,
+                    arch=environment.arch,
+                    driver=environment.driver,
+                    measured_at=rows.utc(measurement.created_at),
+                )
+            )
+        return result
+
+    def gpus(self) -> list[tuple[str, str, str]]:
+        """``(gpu_key, gpu_name, arch)`` of every GPU with a candidate measurement, sorted."""
+        query = (
+            select(Environment.gpu_key, Environment.gpu_name, Environment.arch).distinct()
+            .join(Measurement, Measurement.environment_id == Environment.id)
+            .where(Measurement.implementation == CANDIDATE)
+        )
+        with self.session() as session:
+            return sorted(tuple(row) for row in session.execute(query))
+
+    def problems(self, gpu_key: str, dtype: str) -> list[GemmProblem]:
+        """Every problem of ``dtype`` with a candidate measurement on ``gpu_key``."""
+        query = (
+            select(Problem).distinct()
+            .join(Measurement, Measurement.problem_id == Problem.id)
+            .join(Environment, Measurement.environment_id == Environment.id)
+            .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Measurement.implementation == CANDIDATE)
+        )
+        with self.session() as session:
+            stored = session.scalars(query).all()
+            return sorted((GemmProblem(r.m, r.n, r.k, r.dtype, r.layout, r.alpha, r.beta) for r in stored),
+                          key=lambda p: (p.m * p.n * p.k, p.m, p.n, p.k, p.alpha, p.beta))
+
+    def cublas_reference(self, gpu_key: str, problem: GemmProblem) -> float | None:
+        """Median ms of the latest cuBLAS measurement of this problem on ``gpu_key``, or None.
+
+        Raises:
+            DatabaseError: the query failed.
+        """
+        query = _scope(select(Measurement.median_ms), gpu_key, problem, Measurement)
+        query = query.where(Measurement.implementation == CUBLAS)
+        query = query.order_by(Measurement.created_at.desc(), Measurement.id.desc()).limit(1)
+        with self.session() as session:
+            return session.scalar(query)
+
+    def failure_counts(self, gpu_key: str, problem: GemmProblem, study: str | None = None) -> dict[str, int]:
+        """Failures of this problem on ``gpu_key``, per failure class.
+
+        Counts all studies when ``study`` is None.
+
+        Raises:
+            DatabaseError: the query failed.
+        """
+        query = _scope(select(Failure.failure_class, func.count(Failure.id)), gpu_key, problem, Failure)
+        if study is not None:
+            query = query.where(Failure.study == study)
+        with self.session() as session:
+            return {name: count for name, count in session.execute(query.group_by(Failure.failure_class))}
+
+    def measurement_count(self, gpu_key: str, problem: GemmProblem, study: str | None = None) -> int:
+        """Measurements (candidates and cuBLAS) of this problem on ``gpu_key``.
+
+        Counts all studies when ``study`` is None.
+
+        Raises:
+            DatabaseError: the query failed.
+        """
+        query = _scope(select(func.count(Measurement.id)), gpu_key, problem, Measurement)
+        if study is not None:
+            query = query.where(Measurement.study == study)
+        with self.session() as session:
+            return session.scalar(query) or 0
+
+    def _write(self, work: Callable[[Session], Result]) -> Result:
+        """Run ``work`` in one write transaction, retried while the database is busy or a key race is lost."""
+
+        def transaction() -> Result:
+            with self._write_sessions() as session:
+                result = work(session)
+                session.commit()
+                self._known_ids.update(session.info.get(rows.FOUND_IDS, {}))
+                return result
+
+        try:
+            return retry.run(transaction, self._write_timeout_s)
+        except retry.GaveUp as exc:
+            raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc.__cause__)} ({exc})") from exc
+        except SQLAlchemyError as exc:
+            raise DatabaseError(f"database error on '{self._shown}': {self._reason(exc)}") from exc
+
+    def _reason(self, exc: BaseException) -> str:
+        """:func:`_one_line`, with the URL's password masked wherever a driver repeated it."""
+        text = _one_line(exc)
+        return text.replace(self._password, "***") if self._password else text
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _problem_order(problem: GemmProblem) -> tuple:
+    return problem.m, problem.n, problem.k, problem.dtype, problem.layout, problem.alpha, problem.beta
+
+
+def _fastest_per_problem(entries: list[MeasurementEntry], per_problem: int) -> list[MeasurementEntry]:
+    """Per problem (in order): every cuBLAS entry, then the ``per_problem`` fastest kernels at their best."""
+    kept: list[MeasurementEntry] = []
+    by_problem: dict[GemmProblem, list[MeasurementEntry]] = {}
+    for entry in entries:
+        by_problem.setdefault(entry.problem, []).append(entry)
+    for own in by_problem.values():
+        best: dict[KernelRef, MeasurementEntry] = {}
+        for entry in own:
+            if entry.kernel is None:
+                continue
+            held = best.get(entry.kernel)
+            if held is None or entry.measurement.timing.median_ms < held.measurement.timing.median_ms:
+                best[entry.kernel] = entry
+        fastest = sorted(best.values(), key=lambda entry: (entry.measurement.timing.median_ms,
+                                                           rows.measurement_fingerprint(entry)))
+        kept += [entry for entry in own if entry.kernel is None] + fastest[:per_problem]
+    return kept
+
+
+def _scope(query: Select, gpu_key: str, problem: GemmProblem, table: type[Measurement | Failure]) -> Select:
+    """Restrict ``query`` on ``table`` to environments of ``gpu_key`` and exactly ``problem``."""
+    return (
+        query.join(Environment, table.environment_id == Environment.id)
+        .join(Problem, table.problem_id == Problem.id)
+        .where(Environment.gpu_key == gpu_key)
+        .where(*(getattr(Problem, name) == value for name, value in rows.problem_fields(problem).items()))
+    )
+
+
+def _sqlite_file_problem(url: URL) -> str | None:
+    """Why SQLite could not open the file of ``url``; it would only say "unable to open database file"."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):  # a SQLite URI filename: let SQLite judge it
+        return None
+    path = Path(database)
+    if not path.parent.is_dir():
+        return f"directory '{path.parent}' does not exist"
+    if path.exists() and not os.access(path, os.R_OK):
+        return "permission denied"
+    if not path.exists() and not os.access(path.parent, os.W_OK):
+        return f"directory '{path.parent}' is not writable"
+    return None
+
+
+def _masked(url: str) -> str:
+    """``url`` with anything between ``user:`` and ``@`` masked, for URLs SQLAlchemy cannot parse."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The reason of a driver or SQLAlchemy error, as one line without SQL or links."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).split("(Background on this error")[0]
+    return " ".join(text.split()) or type(exc).__name__

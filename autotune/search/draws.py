@@ -1,0 +1,102 @@
+"""Feasible configs drawn at random: what a search tries before TPE has results to learn from.
+
+A search's opening (its warm-start configs, the space's seeds, then uniformly
+random feasible configs) needs no study: the command line draws it and starts
+compiling it before Optuna and the database are loaded, and the search draws the
+same opening from the same seed and takes those compiles over. This module
+loads neither Optuna nor NumPy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import random
+from collections.abc import Iterator, Sequence
+
+from autotune.gpu_specs import GpuSpec
+from autotune.problem import GemmProblem
+from autotune.space.family import Config, SearchSpace
+from autotune.space.survey import feasible_configs
+
+MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
+
+
+def process_seed(seed: int) -> int:
+    """The sampler's seed in this process: ``seed`` and the process id, so that processes sharing
+    a study explore different configs."""
+    digest = hashlib.sha256(f"{seed}:{os.getpid()}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def opening_size(jobs: int, trials: int) -> int:
+    """How many configs a search compiles before its study is read: one per compile process, and
+    no more than the budget. (Two per process kept the processes busy until the study opened, but
+    delayed its opening on a machine whose cores all compile, and searches were no faster: see
+    bench/NOTES.md.)"""
+    return min(jobs, trials)
+
+
+class FeasibleDraws:
+    """Feasible configs of one space on one GPU and problem: each config checked against the static
+    rules once, and uniformly random feasible configs."""
+
+    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int,
+                 warm_start: Sequence[Config] = ()):
+        self.space, self.gpu, self.problem = space, gpu, problem
+        self.warm_start = tuple(warm_start)
+        self.rng = random.Random(seed)
+        self.rejected = 0  # configs screened out because a static rule rejects them
+        self._feasible: dict[tuple, bool] = {}
+        self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
+
+    def set_up(self, values: dict[str, int]) -> Config:
+        """The config of these knob values with its ``[specialize]`` knobs as the problem sets them (a
+        search never chooses those)."""
+        return self.space.for_problem(self.space.config(values), self.gpu, self.problem)
+
+    def feasible(self, config: Config) -> bool:
+        """Whether ``config`` passes the static rules (each config checked once)."""
+        key = config.params
+        if key not in self._feasible:
+            self._feasible[key] = self.space.check(config, self.gpu, self.problem).feasible
+            if not self._feasible[key]:
+                self.rejected += 1
+        return self._feasible[key]
+
+    def random(self, taken: set[str]) -> Config | None:
+        """A uniformly random feasible config that is not taken, or None when there is none."""
+        if self._listed is None:
+            for _ in range(MAX_RANDOM_DRAWS):
+                config = self.set_up({knob: self.rng.choice(choices) for knob, choices in self.space.knobs.items()
+                                      if knob not in self.space.specialized})
+                if config.name not in taken and self.feasible(config):
+                    return config
+            # both builds of a config pass the rules where the problem has whole tiles: the one it sets, once
+            listed = (self.space.for_problem(c, self.gpu, self.problem)
+                      for c in feasible_configs(self.space, self.gpu, self.problem))
+            self._listed = list(dict.fromkeys(listed))
+        left = [config for config in self._listed if config.name not in taken]
+        return self.rng.choice(left) if left else None
+
+    def fixed_configs(self) -> Iterator[Config]:
+        """The configs tried first, fixed in advance: the warm-start configs, then the space's seeds,
+        each set up for the problem (:meth:`SearchSpace.for_problem`) and tried once, where the static rules
+        admit them."""
+        names = set()
+        for config in (self.set_up(c.as_dict()) for c in (*self.warm_start, *self.space.seeds)):
+            if config.name not in names and self.feasible(config):
+                names.add(config.name)
+                yield config
+
+    def opening(self, count: int) -> list[Config]:
+        """The first ``count`` configs a search tries whatever its study holds: the fixed ones, then
+        random feasible configs. Draws with the same seed give the same opening."""
+        chosen = {config.name: config for config in itertools.islice(self.fixed_configs(), count)}
+        while len(chosen) < count:
+            config = self.random(set(chosen))
+            if config is None:
+                break
+            chosen[config.name] = config
+        return list(chosen.values())

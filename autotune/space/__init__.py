@@ -1,0 +1,1 @@
+"""Stage 1, the space: kernel families' search-space files, their knobs and rules, Config values."""

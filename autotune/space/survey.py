@@ -1,0 +1,384 @@
+"""The whole search space checked at once, skipping what a rule already rejects.
+
+Checking configs one by one costs every rule for every combination of knob
+values, and spaces run past ten million combinations. :func:`survey` walks the
+combinations as a tree, one knob per level in the space file's order, and
+applies each rule as soon as the knobs it reads (directly, through derived
+values, or in its reason) are bound: a subtree a rule rejects is counted, not
+visited. A config is rejected for the first rule in file order that it breaks
+(the shared-memory rule last), as :meth:`SearchSpace.check` rejects it, so a
+rule that breaks at a node where an earlier rule still waits for a deeper knob
+cannot reject the subtree by itself: below that node only the waiting earlier
+rules are applied, over only the knobs they read, and how they split such a
+subtree is worked out once for each combination of the values they read.
+Where, once a knob's value has passed the rules ready with it, nothing below
+reads that knob (neither the rules still waiting nor a derived value computed
+deeper), the subtrees of its values differ only in that value and the derived
+values it makes: the first is walked, the others are copies. The feasible
+configs come in the same order as iterating the space, and each group of
+rejections is counted and named by its first config in that order.
+
+Applying a rule before an earlier one could meet an error (a derived value
+that divides by zero, read by a rule) that checking in order never meets, and
+skipping knobs could miss one that it does meet. So the derived values are
+first evaluated over every combination of the knobs they read; where one
+fails (or that takes too long), and where a rule fails during the walk, the
+space is walked again applying the rules strictly in file order, which meets
+the error that checking configs in order meets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import itertools
+import math
+import operator
+import string
+from collections.abc import Iterator
+from typing import Any
+
+from autotune.gpu_specs import GpuSpec
+from autotune.problem import GemmProblem
+from autotune.space.family import Config, Rule, SearchSpace, Verdict
+
+_CONTEXT = ("gpu", "problem")  # bound before any knob
+TRIAL_BUDGET = 250_000  # derived-value evaluations spent on showing that none fails, before a pruned walk
+
+
+@dataclasses.dataclass
+class Rejection:
+    """Configs one rule rejected: how many, and the first reason given."""
+
+    example: str
+    count: int = 0
+
+
+@dataclasses.dataclass
+class Survey:
+    feasible: list[Verdict]
+    rejections: list[Rejection]  # most common first; the shared-memory rule split by its limit
+
+    @property
+    def rejected(self) -> int:
+        return sum(r.count for r in self.rejections)
+
+
+def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
+           limit: int | None = None) -> Survey:
+    """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule.
+
+    With ``limit``, the walk stops at that many feasible configs (the counts then cover only
+    the configs before the last one found): ``limit=1`` asks cheaply whether the GPU can run
+    the family at all.
+    """
+    plan = _Plan(space, space.rules_for(problem))
+    context = {"gpu": gpu, "problem": problem}
+    with _no_cycle_collection():
+        if _derived_values_cannot_fail(space, plan, context):
+            try:
+                return _PrunedWalk(space, plan, context, limit).run()
+            except Exception:  # noqa: BLE001 - a rule failed: the ordered walk raises what checking in order meets
+                pass
+        return _OrderedWalk(space, plan, context, limit).run()
+
+
+def feasible_configs(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None) -> list[Config]:
+    """The configs of ``space`` that pass every static rule on ``gpu``, in enumeration order."""
+    return [verdict.config for verdict in survey(space, gpu, problem).feasible]
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The garbage collector's cycle search paused: a walk makes hundreds of thousands of
+    verdicts, none in a cycle, and searching them again and again for cycles costs a third
+    of the walk."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+class _Plan:
+    """What each derived value and check reads, and at which depth of the walk it is ready.
+
+    Depth ``d`` is the node where knobs ``0..d-1`` are bound; checks are the rules in file
+    order, then the shared-memory rule (None).
+    """
+
+    def __init__(self, space: SearchSpace, rules: list[Rule]):
+        self.knobs = list(space.knobs.items())
+        # choices[depth]: (value, (knob, value)) for each value of the knob; configs share the pair
+        self.choices = [[(value, (name, value)) for value in values] for name, values in self.knobs]
+        self.below = [math.prod(len(values) for _, values in self.knobs[d:]) for d in range(len(self.knobs) + 1)]
+        # reads[name]: the knobs (by position) a name reads, through derived values too
+        self.reads: dict[str, frozenset[int]] = {name: frozenset({i}) for i, (name, _) in enumerate(self.knobs)}
+        needs: dict[str, set[str]] = {}  # a derived value and those it reads, directly or not
+        for name, expression in space.derived.items():
+            self.reads[name] = _union(self.reads.get(n, frozenset()) for n in expression.names)
+            needs[name] = {name}.union(*(needs.get(n, ()) for n in expression.names))
+        self.derived_at: list[list[str]] = [[] for _ in range(len(self.knobs) + 1)]
+        for name in space.derived:  # a derived value is ready with its last knob
+            self.derived_at[max(self.reads[name], default=-1) + 1].append(name)
+        # from this depth on no derived value waits for a knob
+        self.settled = max((depth for depth, names in enumerate(self.derived_at) if names), default=0)
+        self.checks: list[Rule | None] = [*rules, None]
+        check_names = [rule.require.names | _fields(rule.reason) for rule in rules] + [space.smem_names]
+        self.check_knobs = [_union(self.reads.get(n, frozenset()) for n in names) for names in check_names]
+        self.levels = [max(knobs, default=-1) for knobs in self.check_knobs]  # ready at depth level + 1
+        # derived_for[check][depth]: the derived values the check reads that are ready at depth
+        self.derived_for = [[[name for name in ready if name in needed] for ready in self.derived_at]
+                            for needed in (set().union(*(needs.get(n, ()) for n in names)) for names in check_names)]
+        # read_deeper[depth]: the knobs read by derived values computed below depth + 1
+        self.read_deeper = [_union(self.reads[name] for names in self.derived_at[depth + 2:] for name in names)
+                            for depth in range(len(self.knobs))]
+        self._bound_reads: dict[tuple[tuple[int, ...], int], Any] = {}
+        self._forgets: dict[tuple[int, tuple[int, ...]], bool] = {}
+
+    def forgets(self, depth: int, checks: tuple[int, ...]) -> bool:
+        """Whether below knob ``depth`` nothing reads it: not ``checks``, nor a derived value that
+        waits for a deeper knob (the derived values it makes are computed with it)."""
+        key = (depth, checks)
+        if key not in self._forgets:
+            self._forgets[key] = depth not in self.read_deeper[depth] and all(
+                depth not in self.check_knobs[c] for c in checks)
+        return self._forgets[key]
+
+    def bound_reads(self, checks: tuple[int, ...], depth: int) -> Any:
+        """A function giving the values of the knobs before ``depth`` that ``checks`` read."""
+        key = (checks, depth)
+        if key not in self._bound_reads:
+            knobs = sorted(k for k in _union(self.check_knobs[c] for c in checks) if k < depth)
+            names = [self.knobs[k][0] for k in knobs]
+            self._bound_reads[key] = operator.itemgetter(*names) if names else (lambda _: ())
+        return self._bound_reads[key]
+
+
+def _derived_values_cannot_fail(space: SearchSpace, plan: _Plan, context: dict[str, Any]) -> bool:
+    """Whether every derived value evaluates without an error for every combination of the knobs
+    it reads (False too where that takes more than :data:`TRIAL_BUDGET` evaluations)."""
+    if sum(math.prod(len(plan.knobs[k][1]) for k in plan.reads[name]) for name in space.derived) > TRIAL_BUDGET:
+        return False
+    tables: dict[str, dict[tuple[int, ...], Any]] = {}  # each derived value per combination of its knobs
+    try:
+        for name, expression in space.derived.items():
+            knobs = sorted(plan.reads[name])
+            knob_names = [plan.knobs[k][0] for k in knobs]
+            inputs = [(n, [knobs.index(k) for k in sorted(plan.reads[n])])
+                      for n in expression.names if n in space.derived]
+            table = tables[name] = {}
+            for combo in itertools.product(*(plan.knobs[k][1] for k in knobs)):
+                names = {**context, **dict(zip(knob_names, combo))}
+                for derived, picks in inputs:
+                    names[derived] = tables[derived][tuple(map(combo.__getitem__, picks))]
+                table[combo] = expression(names)
+    except Exception:  # noqa: BLE001 - any failure: walk in file order, which meets it where checking in order does
+        return False
+    return True
+
+
+class _Walk:
+    """What both walks share: the names bound so far, the feasible configs, the rejection groups."""
+
+    def __init__(self, space: SearchSpace, plan: _Plan, context: dict[str, Any], limit: int | None):
+        self.space, self.plan, self.limit = space, plan, limit
+        self.gpu = context["gpu"]
+        self.names: dict[str, Any] = dict(context)
+        self.pairs: list[tuple[str, int] | None] = [None] * len(plan.knobs)  # (knob, value) of the knobs bound
+        self.feasible: list[Verdict] = []
+        self.groups: dict[Any, Rejection] = {}
+
+    def _result(self) -> Survey:
+        return Survey(self.feasible, sorted(self.groups.values(), key=lambda r: -r.count))
+
+    def _rejection(self, check: int) -> tuple[Any, str | None] | None:
+        """(group, reason) where ``check`` rejects the names bound, else None. The reason is
+        left out (None) where its group already has an example."""
+        rule = self.plan.checks[check]
+        if rule is None:
+            reason = self.space.smem_violation(self.names, self.gpu)
+            return (("smem", reason.split(" KB > ")[-1]), reason) if reason else None
+        if rule.require(self.names):
+            return None
+        return check, None if check in self.groups else rule.reason_format.format(self.names)
+
+    def _count(self, group: Any, reason: str | None, count: int) -> None:
+        rejection = self.groups.get(group)
+        if rejection is None:
+            rejection = self.groups[group] = Rejection(reason)
+        rejection.count += count
+
+    def _derive(self, depth: int) -> None:
+        for name in self.plan.derived_at[depth]:
+            self.names[name] = self.space.derived[name](self.names)
+
+    def _bind(self, depth: int, value: int, pair: tuple[str, int]) -> None:
+        """Knob ``depth`` takes ``value``, and the derived values that waited for it are computed."""
+        self.names[pair[0]] = value
+        self.pairs[depth] = pair
+        self._derive(depth + 1)
+
+    def _full(self) -> bool:
+        return self.limit is not None and len(self.feasible) >= self.limit
+
+    def _accept_below(self, depth: int) -> None:
+        """Every config below the knobs bound up to ``depth`` is feasible: list them, in order."""
+        plan = self.plan
+        if depth < plan.settled:
+            for value, pair in plan.choices[depth]:
+                if self._full():
+                    return
+                self._bind(depth, value, pair)
+                self._accept_below(depth + 1)
+            return
+        bound = tuple(self.pairs[:depth])
+        values = {name: value for name, value in self.names.items() if name not in _CONTEXT}
+        rest = itertools.product(*([pair for _, pair in choices] for choices in plan.choices[depth:]))
+        if self.limit is not None:
+            rest = itertools.islice(rest, max(self.limit - len(self.feasible), 0))
+        family = self.space.family
+        for pairs in rest:
+            config_values = values.copy()
+            config_values.update(pairs)
+            self.feasible.append(Verdict(Config(family, bound + pairs), config_values, None))
+
+
+class _OrderedWalk(_Walk):
+    """Checks strictly in file order: a check waits for every check before it."""
+
+    def run(self) -> Survey:
+        self._derive(0)
+        self._visit(0, 0)
+        return self._result()
+
+    def _visit(self, depth: int, check: int) -> None:
+        """Bind knob ``depth`` onwards; checks before index ``check`` have passed."""
+        plan = self.plan
+        while check < len(plan.checks) and plan.levels[check] < depth:
+            rejection = self._rejection(check)
+            if rejection is not None:
+                self._count(*rejection, plan.below[depth])
+                return
+            check += 1
+        if depth == len(plan.knobs):
+            self._accept_below(depth)
+            return
+        for value, pair in plan.choices[depth]:
+            if self._full():
+                return
+            self._bind(depth, value, pair)
+            self._visit(depth + 1, check)
+
+
+class _PrunedWalk(_Walk):
+    """Each check as soon as its knobs are bound; a subtree that a check rejects while earlier
+    checks still wait is split between them over only the knobs those earlier checks read."""
+
+    def run(self) -> Survey:
+        # every name in the order the ordered walk first binds it, so feasible configs' values list alike
+        for depth, (name, _) in enumerate(self.plan.knobs):
+            self.names.update(dict.fromkeys(self.plan.derived_at[depth]))
+            self.names[name] = None
+        self.names.update(dict.fromkeys(self.plan.derived_at[-1]))
+        self._splits: dict[Any, dict[Any, tuple[str | None, int]]] = {}
+        self._derive(0)
+        self._visit(0, *self._first_rejection(0, tuple(range(len(self.plan.checks)))))
+        return self._result()
+
+    def _visit(self, depth: int, rejection: tuple[Any, str | None] | None, waiting: tuple[int, ...]) -> None:
+        """The subtree below the knobs bound up to ``depth``: ``rejection`` is the first check that
+        rejects it (or None), ``waiting`` the checks before it not ready yet, in file order."""
+        if rejection is not None:
+            for group, (reason, count) in self._split(depth, waiting).items():
+                self._count(*(rejection if group is None else (group, reason)), count)
+            return
+        if not waiting:
+            self._accept_below(depth)
+            return
+        walked: dict[tuple[int, ...], tuple[list[Verdict], list[tuple[Rejection, int]]]] = {}
+        for value, pair in self.plan.choices[depth]:
+            if self._full():
+                return
+            self._bind(depth, value, pair)
+            rejection, later = self._first_rejection(depth + 1, waiting)
+            if rejection is not None or self.limit is not None or not self.plan.forgets(depth, later):
+                self._visit(depth + 1, rejection, later)
+            elif later in walked:
+                self._copy(depth, *walked[later])
+            else:  # the first value whose subtree the values after it may copy
+                start = len(self.feasible)
+                before = {group: counted.count for group, counted in self.groups.items()}
+                self._visit(depth + 1, None, later)
+                walked[later] = (self.feasible[start:], [(counted, counted.count - before.get(group, 0))
+                                                         for group, counted in self.groups.items()])
+
+    def _copy(self, depth: int, verdicts: list[Verdict], counts: list[tuple[Rejection, int]]) -> None:
+        """The subtree of a value of knob ``depth`` that checks alike to an earlier value's (``verdicts``
+        feasible there, ``counts`` rejected per group): the same, with this value and the derived
+        values it makes."""
+        pair = self.pairs[depth]
+        changed = {pair[0]: pair[1], **{name: self.names[name] for name in self.plan.derived_at[depth + 1]}}
+        family = self.space.family
+        for verdict in verdicts:
+            params = verdict.config.params
+            values = verdict.values.copy()
+            values.update(changed)
+            self.feasible.append(Verdict(Config(family, params[:depth] + (pair,) + params[depth + 1:]), values, None))
+        for rejection, count in counts:
+            rejection.count += count
+
+    def _first_rejection(self, depth: int, waiting: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+        """The first of the ``waiting`` checks ready at ``depth`` that rejects the names bound (or None),
+        and the checks before it that are not ready yet."""
+        levels, later = self.plan.levels, []
+        for check in waiting:
+            if levels[check] >= depth:
+                later.append(check)
+            elif (rejection := self._rejection(check)) is not None:
+                return rejection, tuple(later)  # the checks after it no longer matter
+        return None, tuple(later)
+
+    def _split(self, depth: int, earlier: tuple[int, ...]) -> dict[Any, tuple[str | None, int]]:
+        """How the configs below ``depth``, rejected by a check that waits for the ``earlier`` ones,
+        split between those (group: first reason, count) and it (None), in the order of their
+        first configs; worked out once for each combination of the bound values they read."""
+        plan = self.plan
+        if not earlier:
+            return {None: (None, plan.below[depth])}
+        key = (depth, earlier, plan.bound_reads(earlier, depth)(self.names))
+        split = self._splits.get(key)
+        if split is not None:
+            return split
+        knob = min(k for check in earlier for k in plan.check_knobs[check] if k >= depth)
+        skipped = plan.below[depth] // plan.below[knob]  # the knobs before it change nothing
+        split = {}
+        for value, pair in plan.choices[knob]:
+            self.names[pair[0]] = value
+            for check in earlier:  # only what these checks read: other derived values may read skipped knobs
+                for name in plan.derived_for[check][knob + 1]:
+                    self.names[name] = self.space.derived[name](self.names)
+            rejection, later = self._first_rejection(knob + 1, earlier)
+            for group, (reason, count) in self._split(knob + 1, later).items():
+                if group is None and rejection is not None:
+                    group, reason = rejection
+                first = split.get(group)
+                split[group] = (reason, count * skipped) if first is None else (first[0], first[1] + count * skipped)
+        self._splits[key] = split
+        return split
+
+
+def _union(sets) -> frozenset:
+    return frozenset().union(*sets)
+
+
+def _fields(reason: str) -> set[str]:
+    """The names a reason's format fields read: ``{gpu.key}`` reads ``gpu``."""
+    fields = set()
+    for _, field, _, _ in string.Formatter().parse(reason):
+        if field:
+            fields.add(field.split(".")[0].split("[")[0])
+    return fields
