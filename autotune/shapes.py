@@ -1,4 +1,5 @@
-"""Named sets of GEMM shapes, and shape files: what a sweep tunes and what a table is judged on.
+"""Named sets of GEMM shapes, shape files, and which shape is nearest: what a sweep tunes, what a table is
+judged on, and how both find the tuned shape nearest to another.
 
 A shape set is a list of ``(m, n, k)``. ``llm`` holds the projections of common
 transformer layers (A is tokens x hidden, B the weight), with M, the token count,
@@ -12,6 +13,7 @@ shapes. A shape file holds one shape per line in ``--shape`` syntax (``4096`` or
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 from autotune.errors import InputError
@@ -89,3 +91,16 @@ def read_shapes(spec: str) -> list[Shape]:
     if not shapes:
         raise InputError("--shapes", spec, "a file with at least one shape (4096 or MxNxK per line)")
     return shapes
+
+
+def nearest(items, shape: tuple[int, int, int], shape_of):
+    """The item whose tuned shape (``shape_of(item)``) is nearest to ``shape``: the least
+    |log m - log m'| + |log n - log n'| + |log k - log k'| (rounded to 9 decimals), a tie going
+    to the larger tuned shape, then to the earlier item. The one rule of every selection table."""
+
+    def key(item):
+        tuned = shape_of(item)
+        distance = sum(abs(math.log(x) - math.log(y)) for x, y in zip(tuned, shape))
+        return round(distance, 9), -tuned[0] * tuned[1] * tuned[2]
+
+    return min(items, key=key)

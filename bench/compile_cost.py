@@ -51,9 +51,9 @@ def render_config(name: str) -> str:
     """The CUDA source of the sgemm config ``name`` for the H200 (exits with one line on a bad name)."""
     from ratio_repeat import parse_config_name  # loaded here, not in each compile process
 
-    from autotune.build.render import render
     from autotune.errors import InputError
     from autotune.gpu_specs import gpu_spec
+    from autotune.kernel.render import render
 
     try:
         space, config = parse_config_name(name, ["sgemm"])
@@ -73,8 +73,8 @@ def compile_once(code: str, niceness: int = 0) -> tuple[float, float]:
     code = f"__device__ int unique_{uuid.uuid4().hex};\n{code}"
     if niceness:
         os.nice(niceness)
-    from autotune.build import nvrtc
-    from autotune.build.compile import OPTIONS, include_dirs
+    from autotune.kernel import nvrtc
+    from autotune.kernel.compile import OPTIONS, include_dirs
 
     options = ["--gpu-architecture=sm_90", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
     cpu, wall = _cpu_seconds(), time.perf_counter()
@@ -85,7 +85,7 @@ def compile_once(code: str, niceness: int = 0) -> tuple[float, float]:
 
 
 def _warm_worker(_: int) -> None:  # load NVRTC before the clock starts
-    from autotune.build import nvrtc
+    from autotune.kernel import nvrtc
 
     nvrtc.version()
 
@@ -113,7 +113,7 @@ def concurrent(code: str, processes: int) -> dict:
 def probe_nice(code: str, processes: int = 16) -> dict:
     """``import optuna`` in a fresh interpreter: alone, beside ``processes`` compiles, beside compiles at
     the compile pool's niceness."""
-    from autotune.build.compile import COMPILE_NICENESS
+    from autotune.kernel.compile import COMPILE_NICENESS
 
     def timed_import() -> float:
         started = time.perf_counter()

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 from recorded import add_problem_arguments, best_recorded
 
-from autotune.build.compile import compile_kernel
-from autotune.build.render import render
 from autotune.errors import InputError
 from autotune.gpu.worker import CublasTask, GpuWorker
 from autotune.gpu_specs import GPUS
+from autotune.kernel.compile import compile_kernel
+from autotune.kernel.render import render
 from autotune.problem import make_problem
 from autotune.records import Failure
 from autotune.search.search import kernel_task, pooled

@@ -6,10 +6,10 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from autotune.build.compile import compile_kernel
-from autotune.build.render import render
 from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GPUS
+from autotune.kernel.compile import compile_kernel
+from autotune.kernel.render import render
 from autotune.problem import make_problem
 from autotune.records import Failure
 from autotune.results import ResultStore, default_url

@@ -8,7 +8,7 @@ checkout holding ``src/kernels/128x256x8.cuh`` and ``common/helper_cuda ptx.h``;
 ``<cstdint>`` replaced by the one typedef the kernel uses, so that both compilers build one text), and
 ``config1``, ``config2``, ... of our ``sgemm`` family (``--config``: a name as a search prints it, rendered
 by autotune). Each source is built for sm_90 by NVRTC exactly as autotune builds it
-(``autotune.build.compile.compile_kernel``) and by the toolkit's nvcc (``-cubin -O3 -Xptxas -v -std=c++17``,
+(``autotune.kernel.compile.compile_kernel``) and by the toolkit's nvcc (``-cubin -O3 -Xptxas -v -std=c++17``,
 skipped with a message where there is no nvcc); registers and spills come from each build's ptxas report.
 
 On the GPU every build is first verified (NaN-poisoned C, beta 0 and 0.5, against cuBLAS on the same
@@ -37,12 +37,12 @@ from pathlib import Path
 import numpy
 from ratio_repeat import parse_config_name
 
-from autotune.build.compile import OPTIONS as NVRTC_OPTIONS
-from autotune.build.compile import CompiledKernel, CompileFailure, compile_kernel, nvrtc_version, parse_resources
-from autotune.build.cubin import parameter_sizes
-from autotune.build.render import KernelSource, render
 from autotune.errors import AutotuneError, CompilerError, InputError, NoGpuError
 from autotune.gpu_specs import GPUS
+from autotune.kernel.compile import OPTIONS as NVRTC_OPTIONS
+from autotune.kernel.compile import CompiledKernel, CompileFailure, compile_kernel, nvrtc_version, parse_resources
+from autotune.kernel.cubin import parameter_sizes
+from autotune.kernel.render import KernelSource, render
 from autotune.problem import GemmProblem, make_problem
 from autotune.records import Timing
 from autotune.space.family import families_for_dtype

@@ -2,10 +2,10 @@
 
 import pytest
 
-from autotune.build.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
-from autotune.build.render import KernelSource, render
-from autotune.build.resources import resource_violation
 from autotune.gpu_specs import gpu_spec
+from autotune.kernel.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
+from autotune.kernel.render import KernelSource, render
+from autotune.kernel.resources import resource_violation
 from autotune.problem import make_problem
 from autotune.records import Resources
 from autotune.space.family import load_space
@@ -71,8 +71,8 @@ def test_compile_error_is_reported_not_raised():
 
 COMPILE_IN_A_FRESH_PROCESS = """
 import sys
-from autotune.build.compile import compile_kernel
-from autotune.build.source import KernelSource
+from autotune.kernel.compile import compile_kernel
+from autotune.kernel.source import KernelSource
 compiled = compile_kernel(KernelSource("k", 'extern "C" __global__ void k(float *x) { x[threadIdx.x] = 1.0f; }', "h"),
                           "sm_90", use_cache=False)
 print(compiled.resources.registers > 0, sorted({name.split(".")[0] for name in sys.modules} & {"numpy", "cupy", "jinja2"}))
@@ -143,7 +143,7 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
     """The fallback used when NVRTC's log has no ptxas report reads the same numbers from the cubin."""
     import random
 
-    from autotune.build.cubin import read_resources
+    from autotune.kernel.cubin import read_resources
 
     spec, space = gpu_spec(gpu), load_space("sgemm")
     configs = random_feasible(space, spec, 6, random.Random(7))
@@ -223,7 +223,7 @@ def test_every_ladder_rung_is_feasible_and_compiles(dtype, gpu):
 def test_tma_kernels_take_the_tensor_maps_their_space_names():
     """After the GEMM arguments a TMA kernel takes one 128-byte map per entry of its space file;
     a launch that would pass something else fails before it reaches the GPU."""
-    from autotune.build.cubin import parameter_sizes
+    from autotune.kernel.cubin import parameter_sizes
     from autotune.search.search import kernel_task
 
     wgmma, h200, problem = load_space("hgemm_wgmma"), gpu_spec("h200"), make_problem("1024", "f16")
@@ -244,7 +244,7 @@ def test_tma_kernels_take_the_tensor_maps_their_space_names():
 @pytest.mark.parametrize("family, gpu", [("sgemm", "t4"), ("hgemm_wmma", "t4"), ("hgemm_mma", "a100")])
 def test_kernels_of_older_gpus_take_the_gemm_arguments(family, gpu):
     """The launcher's parameter check reads sm_75 and sm_80 cubins too: A, B, C, M, N, K, alpha, beta."""
-    from autotune.build.cubin import parameter_sizes
+    from autotune.kernel.cubin import parameter_sizes
 
     spec, space = gpu_spec(gpu), load_space(family)
     compiled = compile_kernel(render(space, space.seeds[0], spec))

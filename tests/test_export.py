@@ -5,8 +5,8 @@ import json
 import pytest
 from test_cli import assert_one_line_error, autotune
 
-from autotune.build.contract import LaunchContract, check_expression, contract_for, to_c
 from autotune.gpu_specs import GPUS
+from autotune.kernel.contract import LaunchContract, check_expression, contract_for, to_c
 from autotune.problem import GemmProblem
 from autotune.select.kernel_table import read_table
 from autotune.space.family import load_space

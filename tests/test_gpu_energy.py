@@ -2,8 +2,8 @@
 
 import pytest
 
-from autotune.build.compile import compile_kernel
-from autotune.build.render import render
+from autotune.kernel.compile import compile_kernel
+from autotune.kernel.render import render
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Measurement
 from autotune.space.family import families_for_dtype, load_space

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from autotune.build.compile import CompileFailure, CompilePool
-from autotune.build.render import render
-from autotune.build.resources import resource_violation
 from autotune.errors import FailureClass
+from autotune.kernel.compile import CompileFailure, CompilePool
+from autotune.kernel.render import render
+from autotune.kernel.resources import resource_violation
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.space.family import load_space
@@ -224,10 +224,10 @@ def test_whole_tile_builds_verify_at_shapes_of_whole_tiles(worker):
 
 def test_wrong_kernel_is_caught(worker):
     """A config that skips the last partial k-tile must fail verification at K % BK != 0."""
-    from autotune.build.compile import compile_kernel
-    from autotune.build.render import KernelSource
     from autotune.gpu.worker import KernelTask
     from autotune.gpu_specs import GPUS
+    from autotune.kernel.compile import compile_kernel
+    from autotune.kernel.render import KernelSource
 
     env = worker.environment()
     gpu = GPUS[env.gpu_key]

@@ -41,11 +41,11 @@ def test_time_launches_stops_a_kernel_at_the_first_stage_it_loses():
 
 @pytest.mark.parametrize("mode, verified", [(0, True), (3, False)])  # 3 ignores beta: a wrong answer
 def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
-    from autotune.build.compile import compile_kernel
-    from autotune.build.render import render
     from autotune.gpu.race import RaceStage
     from autotune.gpu.worker import GpuWorker
     from autotune.gpu_specs import GPUS
+    from autotune.kernel.compile import compile_kernel
+    from autotune.kernel.render import render
     from autotune.records import Failure, Measurement
     from autotune.search.search import kernel_task
     from autotune.space.family import SearchSpace

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from autotune.build.compile import CompileFailure, compile_kernel
-from autotune.build.contract import contract_for
-from autotune.build.render import render
 from autotune.gpu_specs import gpu_spec
+from autotune.kernel.compile import CompileFailure, compile_kernel
+from autotune.kernel.contract import contract_for
+from autotune.kernel.render import render
 from autotune.problem import GemmProblem
 from autotune.space.family import load_space
 from autotune.space.survey import feasible_configs

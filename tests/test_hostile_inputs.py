@@ -119,7 +119,7 @@ def test_template_dir_stays_inside_the_space_files_folder(tmp_path, template_dir
 
 
 def test_a_template_linked_from_outside_the_folder_is_not_read(tmp_path):
-    from autotune.build.render import render
+    from autotune.kernel.render import render
 
     outside = tmp_path / "outside.cu.j2"
     outside.write_text('extern "C" __global__ void {{ NAME }}() {}\n')
@@ -146,7 +146,7 @@ def test_names_that_are_not_identifiers_are_refused_at_load(tmp_path, field, tex
 
 
 def test_a_kernel_name_that_is_not_an_identifier_is_never_rendered():
-    from autotune.build.render import render
+    from autotune.kernel.render import render
 
     space = load_space("naive_f32")
     evil = Config("x} __global__ void evil(){", space.config({"BLOCK": 16, "HALF": 0}).params)
@@ -158,7 +158,7 @@ def test_a_kernel_name_that_is_not_an_identifier_is_never_rendered():
 
 
 def test_templates_render_in_a_sandbox(tmp_path):
-    from autotune.build.render import render
+    from autotune.kernel.render import render
 
     marker = tmp_path / "ran"
     space = SearchSpace(planted_family(tmp_path / "x", marker))
@@ -169,7 +169,7 @@ def test_templates_render_in_a_sandbox(tmp_path):
 
 @pytest.mark.parametrize("expression", ["{{ 9 ** 99999999 }}", "{{ 'x' * 100000000 }}"])
 def test_template_arithmetic_is_bounded(tmp_path, expression):
-    from autotune.build.render import render
+    from autotune.kernel.render import render
 
     folder = tmp_path / "space"
     path = write_space(folder, space_text())

@@ -81,7 +81,7 @@ def _ended(pid: int) -> bool:
 
 
 def test_a_compile_pool_stopped_without_waiting_ends_its_processes():
-    from autotune.build.compile import CompilePool
+    from autotune.kernel.compile import CompilePool
 
     pool = CompilePool(jobs=2)
     pool.warm_up()
@@ -102,7 +102,7 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.build.compile import CompilePool
+from autotune.kernel.compile import CompilePool
 
 
 def big_result():

@@ -5,8 +5,8 @@ import json
 import numpy
 import pytest
 
-from autotune.build.contract import LaunchContract
 from autotune.errors import InputError
+from autotune.kernel.contract import LaunchContract
 from autotune.runtime import Runtime
 from autotune.runtime.devices import HostDevice
 from autotune.runtime.sources import TABLE_VARIABLE, choose_table

@@ -11,9 +11,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import sgemm_compilers  # noqa: E402
 
-from autotune.build.compile import CompiledKernel, compile_kernel  # noqa: E402
-from autotune.build.cubin import parameter_sizes  # noqa: E402
 from autotune.errors import InputError  # noqa: E402
+from autotune.kernel.compile import CompiledKernel, compile_kernel  # noqa: E402
+from autotune.kernel.cubin import parameter_sizes  # noqa: E402
 from autotune.problem import make_problem  # noqa: E402
 from autotune.records import Timing  # noqa: E402
 

@@ -261,8 +261,8 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "column_sgemm" /
 
 
 def test_the_example_family_loads_from_its_path_and_compiles_offline():
-    from autotune.build.compile import CompileFailure, compile_kernel
-    from autotune.build.render import render
+    from autotune.kernel.compile import CompileFailure, compile_kernel
+    from autotune.kernel.render import render
 
     space = resolve_family(str(EXAMPLE))
     assert (space.family, space.dtype, space.template_dir) == ("column_sgemm", "f32", EXAMPLE.parent)
@@ -409,7 +409,7 @@ def _specialize_file(tmp_path, knob_values="[0, 1]", default="0", expression="pr
 
 
 def test_a_specialized_knob_is_read_from_the_space_file(tmp_path):
-    from autotune.build.contract import contract_for
+    from autotune.kernel.contract import contract_for
 
     space = SearchSpace(_specialize_file(tmp_path))
     config = space.config({"A": 32, "W": 1})
@@ -435,8 +435,8 @@ def test_a_bad_specialized_knob_is_one_line_naming_it(tmp_path, changes, message
 def test_a_whole_tile_build_is_never_launched_on_a_shape_it_is_not_built_for(sgemm):
     """Whatever names it (a config given by hand, a stale record), the task that would launch a build for
     whole tiles on a shape of partial ones is a launch failure naming both, not a fault on the GPU."""
-    from autotune.build.compile import CompiledKernel
     from autotune.errors import FailureClass
+    from autotune.kernel.compile import CompiledKernel
     from autotune.records import Failure, Resources
     from autotune.search.search import kernel_task
 

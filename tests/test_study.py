@@ -173,7 +173,7 @@ class PoolSlowAfter:
     stops_unfinished = True
 
     def __init__(self, jobs: int, fast: int):
-        from autotune.build.compile import CompilePool
+        from autotune.kernel.compile import CompilePool
 
         self.pool, self.fast, self.jobs = CompilePool(jobs), fast, jobs
         self.slow: list = []  # the futures of the minute-long compiles

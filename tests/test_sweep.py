@@ -79,7 +79,7 @@ def worker():
 
 @pytest.fixture(scope="module")
 def pool():
-    from autotune.build.compile import CompilePool
+    from autotune.kernel.compile import CompilePool
 
     with CompilePool(1) as compile_pool:  # one process: candidates reach the GPU in the order proposed
         yield compile_pool
@@ -268,9 +268,9 @@ def test_eta_comes_from_the_pace_of_this_runs_evaluations():
 @pytest.mark.gpu
 def test_on_the_gpu_each_cubin_verifies_at_the_other_shapes(tmp_path):
     """Cubins do not depend on the shape: the best kernels of one shape pass verification at the others."""
-    from autotune.build.compile import CompilePool
     from autotune.gpu.worker import GpuWorker
     from autotune.gpu_specs import GPUS
+    from autotune.kernel.compile import CompilePool
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     problems = [GemmProblem(256, 192, 64), GemmProblem(130, 320, 96), GemmProblem(64, 64, 200)]

@@ -23,7 +23,7 @@ _IGNORED = shutil.ignore_patterns("*.egg-info", "__pycache__", ".pytest_cache")
 
 def _left_behind(folder: str, names: list[str]) -> set[str]:
     """What a clean copy of the source tree leaves out: caches everywhere, and the top level's
-    build outputs, virtual environment and benchmarks (``autotune/build`` is a package)."""
+    build outputs, virtual environment and benchmarks."""
     top = {".git", ".venv", "build", "dist", "bench"} if Path(folder) == ROOT else set()
     return set(_IGNORED(folder, names)) | (top & set(names))
 

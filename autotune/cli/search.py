@@ -30,8 +30,8 @@ from autotune.search.objective import make_objective
 from autotune.search.timeline import SEARCH, Timeline, span
 
 if TYPE_CHECKING:
-    from autotune.build.compile import CompilePool
     from autotune.gpu.worker import GpuWorker
+    from autotune.kernel.compile import CompilePool
 
 
 def register(sub) -> None:
@@ -127,7 +127,7 @@ def _compile_opening_now(pool: CompilePool, space, gpu, problem: GemmProblem, se
     """Start compiling the search's opening (the seeds, then random feasible configs) while the
     search's own modules load: the search draws the same opening from the same seed, and the pool
     hands it these compiles, finished or not."""
-    from autotune.build.render import render
+    from autotune.kernel.render import render
     from autotune.search.draws import FeasibleDraws, opening_size, process_seed
 
     for config in FeasibleDraws(space, gpu, problem, process_seed(seed)).opening(opening_size(pool.jobs, trials)):
@@ -142,8 +142,8 @@ def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> t
     """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
     CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
     process chooses the family and the search starts."""
-    from autotune.build.compile import CompilePool
     from autotune.gpu.worker import GpuWorker
+    from autotune.kernel.compile import CompilePool
 
     workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
                for i in range(args.workers)]

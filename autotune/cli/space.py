@@ -88,9 +88,9 @@ def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> l
 
 
 def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list) -> list[dict]:
-    from autotune.build.compile import CompileFailure, CompilePool
-    from autotune.build.render import render
-    from autotune.build.resources import resource_violation
+    from autotune.kernel.compile import CompileFailure, CompilePool
+    from autotune.kernel.render import render
+    from autotune.kernel.resources import resource_violation
 
     if not configs:
         return []

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
 
-    from autotune.build.compile import CompilePool
     from autotune.gpu.worker import GpuWorker
+    from autotune.kernel.compile import CompilePool
     from autotune.search.search import SearchSettings
     from autotune.search.sweep import Sweep, SweepSettings
 

@@ -19,9 +19,9 @@ from typing import Any
 import jinja2
 
 from autotune import __version__
-from autotune.build.contract import to_c
-from autotune.build.cubin import parameter_sizes
 from autotune.errors import InputError
+from autotune.kernel.contract import to_c
+from autotune.kernel.cubin import parameter_sizes
 from autotune.kernel_abi import SWIZZLES, argument_bytes
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel
 

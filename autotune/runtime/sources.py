@@ -113,7 +113,7 @@ def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | 
 
 def shipped_table_path(key: str | None, arch: str) -> Path:
     """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
-    from autotune.build.compile import cache_dir
+    from autotune.kernel.compile import cache_dir
     from autotune.select.kernel_table import SCHEMA_VERSION, SELECTION_RULE
 
     digest = _shipped_digest(key, arch, SCHEMA_VERSION, SELECTION_RULE)  # a new rule builds the table anew
@@ -141,8 +141,8 @@ def _existing_default() -> str | None:
 def shipped_store():
     """A database holding the tuned results that ship with autotune, built once into the disk cache
     (``<cache>/shipped``, named after a hash of those results and autotune's version) and opened from there."""
-    from autotune.build.compile import cache_dir
     from autotune.data_files import data_dir
+    from autotune.kernel.compile import cache_dir
     from autotune.results import ResultStore
     from autotune.results import files as tuned
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune.build.compile import CompilePool
-from autotune.build.render import render
 from autotune.errors import InputError, SearchError
 from autotune.gpu.worker import CublasTask, GpuWorker
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.compile import CompilePool
+from autotune.kernel.render import render
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.results import ResultStore

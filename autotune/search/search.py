@@ -40,14 +40,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from autotune.build.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
-from autotune.build.cubin import parameter_sizes
-from autotune.build.render import render
-from autotune.build.resources import resource_violation
 from autotune.errors import FailureClass, SearchError
 from autotune.gpu.race import RaceStage, lost_race, race_stages
 from autotune.gpu.worker import CublasTask, EnergyTask, GpuWorker, KernelTask
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
+from autotune.kernel.cubin import parameter_sizes
+from autotune.kernel.render import render
+from autotune.kernel.resources import resource_violation
 from autotune.kernel_abi import argument_bytes
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing

@@ -9,7 +9,7 @@
   whose study has its trials and finishes the one that was cut short.
 * Warm start: before a shape's search, the best configs of the nearest already-tuned
   shapes in the database (same GPU, dtype and family; nearest as in
-  :func:`autotune.select.selection.nearest`) are tried first, where the static rules admit them.
+  :func:`autotune.shapes.nearest`) are tried first, where the static rules admit them.
 * Cross measurement: the best ``top`` distinct configs of every swept shape (or of the
   shapes of ``cross_from``, tuned earlier) are verified and timed at every swept shape
   where they are feasible and have no result yet (no Optuna trials), and stored as
@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 import optuna
 from sqlalchemy import select
 
-from autotune.build.compile import CompiledKernel, CompileFailure, CompilePool
-from autotune.build.render import render
 from autotune.errors import InputError
 from autotune.gpu.race import race_stages
 from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.compile import CompiledKernel, CompileFailure, CompilePool
+from autotune.kernel.render import render
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement
 from autotune.results import ResultStore
@@ -45,7 +45,7 @@ from autotune.results.models import Measurement as MeasurementRow
 from autotune.results.rows import problem_fields
 from autotune.search.search import Search, SearchSettings, kernel_task, study_name
 from autotune.search.study import StudyView, trial_ms, trial_params
-from autotune.select.selection import nearest
+from autotune.shapes import nearest
 from autotune.space.family import Config, SearchSpace
 
 DEFAULT_TRIALS = 24  # GPU evaluations per shape
@@ -309,7 +309,7 @@ class Sweep:
 def warm_start_configs(store: ResultStore, space: SearchSpace, gpu_key: str, problem: GemmProblem,
                        neighbours: int = WARM_NEIGHBOURS, per_neighbour: int = WARM_PER_NEIGHBOUR) -> list[Config]:
     """The ``per_neighbour`` fastest configs of ``space``'s family at each of the ``neighbours`` shapes
-    nearest to ``problem`` (:func:`autotune.select.selection.nearest`) with results of that family on ``gpu_key``
+    nearest to ``problem`` (:func:`autotune.shapes.nearest`) with results of that family on ``gpu_key``
     (same dtype, layout and scalars), nearest shape first, each config once. Configs the space
     no longer has (a knob value since removed) are left out."""
     shape = (problem.m, problem.n, problem.k)

@@ -28,18 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__
-from autotune.build.compile import CompiledKernel, compile_kernel
-from autotune.build.contract import LaunchContract, contract_for
-from autotune.build.render import render
-from autotune.build.resources import resource_violation
 from autotune.errors import AutotuneError, InputError
 from autotune.gpu_specs import GPUS, GpuSpec
+from autotune.kernel.compile import CompiledKernel, compile_kernel
+from autotune.kernel.contract import LaunchContract, contract_for
+from autotune.kernel.render import render
+from autotune.kernel.resources import resource_violation
 from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES
 from autotune.records import Resources
 from autotune.select.scaling import fastest
-from autotune.select.selection import MAX_KERNELS, held_out, nearest
+from autotune.select.selection import MAX_KERNELS, held_out
 from autotune.select.selection import build as build_selection
+from autotune.shapes import nearest
 from autotune.space.family import load_space
 
 SCHEMA_VERSION = 2

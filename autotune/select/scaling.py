@@ -12,7 +12,8 @@ The selection table uses this to choose among the kernels measured at the
 nearest tuned shape: the one whose time there, scaled by the change in its
 work, is least (:func:`fastest`). Families name their k-slice ``BK`` and their
 split ``SPLIT_K`` (a family without one counts it as 1), or give a block's k-tiles
-themselves as ``[launch] k_tiles`` (a persistent kernel's blocks walk several tiles).
+themselves as ``[launch] k_tiles`` (a persistent kernel's blocks walk several tiles); a launch
+contract computes its work (:meth:`autotune.kernel.contract.LaunchContract.work`).
 """
 
 from __future__ import annotations
@@ -20,21 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 Shape = tuple[int, int, int]
-K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, in space-file terms
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def busiest_sm_work(grid: Iterable[int], tiles: int, sms: int) -> int:
-    """The k-tiles the busiest SM runs: its turns of blocks (``cdiv(blocks, sms)``) times each block's k-tiles."""
-    blocks = 1
-    for side in grid:
-        blocks *= side
-    return cdiv(blocks, sms) * tiles
-
-
 def scaled_ms(ms: float, work_there: int, work_here: int) -> float:
     """A time measured where the busiest SM did ``work_there``, carried to where it does ``work_here``
     (computed as ``ms * work_here / work_there``, left to right, as the C library does)."""

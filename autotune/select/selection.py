@@ -21,12 +21,13 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 
-from autotune.build.contract import LaunchContract, contract_for
 from autotune.errors import AutotuneError
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.contract import LaunchContract, contract_for
 from autotune.problem import GemmProblem
 from autotune.results import ResultStore
 from autotune.select import cover, scaling
+from autotune.shapes import nearest
 from autotune.space.family import load_space
 
 MAX_KERNELS = cover.MAX_KERNELS
@@ -140,19 +141,6 @@ class SelectionTable:
             return _contract(kernels[name], self.gpu).work(*at, self.gpu.sms)
 
         return Pick(rule, _launched(kernels[scaling.fastest(rule.times, work, rule.shape, shape)], problem, self.gpu))
-
-
-def nearest(items, shape: tuple[int, int, int], shape_of):
-    """The item whose tuned shape (``shape_of(item)``) is nearest to ``shape``: the least
-    |log m - log m'| + |log n - log n'| + |log k - log k'| (rounded to 9 decimals), a tie going
-    to the larger tuned shape, then to the earlier item. The one rule of every selection table."""
-
-    def key(item):
-        tuned = shape_of(item)
-        distance = sum(abs(math.log(x) - math.log(y)) for x, y in zip(tuned, shape))
-        return round(distance, 9), -tuned[0] * tuned[1] * tuned[2]
-
-    return min(items, key=key)
 
 
 def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str) -> Results:

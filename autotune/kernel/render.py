@@ -15,9 +15,9 @@ from pathlib import Path
 import jinja2
 import jinja2.sandbox
 
-from autotune.build.source import KernelSource
 from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.source import KernelSource
 from autotune.space.family import Config, SearchSpace, inside_folder
 
 MAX_POWER_BITS = 4096  # the largest result of ** in a template

@@ -25,14 +25,13 @@ import dataclasses
 import functools
 import operator
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
 from autotune.kernel_abi import TensorMapSpec
 from autotune.problem import GemmProblem
-from autotune.select.scaling import K_TILES, busiest_sm_work
 from autotune.space.family import Config, SearchSpace
 
 SIZES = ("M", "N", "K")
@@ -43,7 +42,20 @@ _C_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.M
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _C_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, in space-file terms
 _FUNCTIONS: dict[str, Callable[..., int]] = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def busiest_sm_work(grid: Iterable[int], tiles: int, sms: int) -> int:
+    """The k-tiles the busiest SM runs: its turns of blocks (``cdiv(blocks, sms)``) times each block's k-tiles."""
+    blocks = 1
+    for side in grid:
+        blocks *= side
+    return cdiv(blocks, sms) * tiles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +83,7 @@ class LaunchContract:
         return tuple(int(_evaluate(ast.parse(text, mode="eval").body, sizes)) for text in self.grid)  # type: ignore[return-value]
 
     def work(self, m: int, n: int, k: int, sms: int) -> int:
-        """The busiest SM's k-tiles on an ``m x n x k`` problem on a GPU of ``sms`` SMs (:mod:`autotune.select.scaling`)."""
+        """The busiest SM's k-tiles on an ``m x n x k`` problem on a GPU of ``sms`` SMs (:func:`busiest_sm_work`)."""
         return busiest_sm_work(self._grid_function(m, n, k), self._k_tiles_function(m, n, k), sms)
 
     def grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:

@@ -1,6 +1,6 @@
 """Compile kernel source to a cubin with NVRTC for a named arch; no GPU needed.
 
-NVRTC comes from pip (``nvidia-cuda-nvrtc``), called through :mod:`autotune.build.nvrtc`;
+NVRTC comes from pip (``nvidia-cuda-nvrtc``), called through :mod:`autotune.kernel.nvrtc`;
 it works with no driver. ptxas's verbose report gives registers, shared
 memory, stack frame and spills. Cubins (SASS for the exact arch, never PTX)
 are cached on disk by source hash, arch, NVRTC version and options.
@@ -24,10 +24,10 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autotune.build import nvrtc
-from autotune.build.cubin import read_resources
-from autotune.build.source import KernelSource
 from autotune.errors import CompilerError
+from autotune.kernel import nvrtc
+from autotune.kernel.cubin import read_resources
+from autotune.kernel.source import KernelSource
 from autotune.records import Resources
 
 OPTIONS = ("-std=c++17", "--ptxas-options=-v")
