@@ -1,23 +1,123 @@
-"""The GPU stage: the one kernel launcher that the worker's CuPy backend and the runtime share (checked on
-stand-ins for CuPy, no GPU)."""
+"""The GPU stage: a worker started from several threads at once, and the one kernel launcher that the
+worker's CuPy backend and the runtime share (checked on stand-ins for CuPy, no GPU)."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import pathlib
+import threading
+import time
 import types
 
 import numpy
+import pytest
 
 from autotune.gpu import launch as launch_module
 from autotune.gpu.cupy_backend import CupyBackend
+from autotune.gpu.fake_backend import FakeBackend
 from autotune.gpu.launch import SMEM_DEFAULT_LIMIT, KernelLaunch, load_kernel
-from autotune.gpu.tasks import KernelTask
+from autotune.gpu.tasks import KernelTask, ProbeTask
+from autotune.gpu.worker import GpuWorker, WorkerStartError
 from autotune.kernel_abi import TENSOR_MAP_BYTES, TensorMapSpec
 from autotune.problem import GemmProblem
+from autotune.records import Environment, Measurement
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "autotune"
+THREADS = 6  # half ask for the environment, half run a task
+ROUNDS = 3  # fresh workers per way of starting
+START_TIMEOUT_S = 60.0
+TASK_TIMEOUT_S = 30.0
+# Past the worker's own limits (one start, every task in turn): a thread still waiting then is stuck
+# (two threads reading one pipe wait for ever).
+STUCK_S = START_TIMEOUT_S + THREADS * TASK_TIMEOUT_S
+
+
+# -- a worker started from several threads ----------------------------------------------------------
+
+
+def _all_at_once(worker: GpuWorker) -> list:
+    """What THREADS threads get, released together, from environment() or run() on ``worker``."""
+    barrier = threading.Barrier(THREADS)
+    outcomes: list = [None] * THREADS
+
+    def call(index: int) -> None:
+        barrier.wait()
+        try:
+            if index % 2:
+                outcomes[index] = worker.run(ProbeTask("ok"), timeout_s=TASK_TIMEOUT_S)
+            else:
+                outcomes[index] = worker.environment()
+        except Exception as error:  # the outcome to check
+            outcomes[index] = error
+
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + STUCK_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), f"threads stuck: {outcomes}"
+    return outcomes
+
+
+@pytest.mark.parametrize("begun", [False, True], ids=["cold", "begun"])
+def test_threads_that_find_the_worker_starting_wait_for_its_hello(begun):
+    # The search begins the worker, then a lane thread runs cuBLAS while the main thread asks for the
+    # environment: whichever comes second waits for the hello the first one reads.
+    for _ in range(ROUNDS):
+        worker = GpuWorker(backend="fake", start_timeout_s=START_TIMEOUT_S)
+        if begun:
+            worker.begin()
+        try:
+            outcomes = _all_at_once(worker)
+            pid = worker.pid
+        finally:
+            worker.close()
+        environments = outcomes[0::2]
+        results = outcomes[1::2]
+        assert all(isinstance(env, Environment) and env.gpu_key == "h200-fake" for env in environments), outcomes
+        assert all(isinstance(result, Measurement) for result in results), outcomes
+        assert worker.restarts == 0 and pid is not None  # one child, started once
+
+
+class SlowToStartBackend(FakeBackend):
+    """The fake GPU, taking a minute to start (CuPy and a CUDA context take seconds)."""
+
+    def __init__(self, device: int = 0):
+        time.sleep(60)
+        super().__init__(device)
+
+
+def test_closing_a_worker_that_another_thread_is_starting_stops_it():
+    worker = GpuWorker(backend=SlowToStartBackend, start_timeout_s=600)
+    errors: list[Exception] = []
+
+    def start() -> None:
+        try:
+            worker.start()
+        except Exception as error:
+            errors.append(error)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    while worker.pid is None and starter.is_alive():
+        time.sleep(0.01)
+    pid = worker.pid
+    worker.close()  # e.g. the study could not be opened while a lane thread waits for the GPU
+    starter.join()
+    assert worker.pid is None and _pid_gone(pid)
+    assert len(errors) == 1 and isinstance(errors[0], WorkerStartError), errors
+    assert "while starting" in str(errors[0])
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 # -- the launcher -----------------------------------------------------------------------------------

@@ -5,14 +5,19 @@ starts the child (:mod:`autotune.gpu.child`), sends it tasks (:mod:`autotune.gpu
 timeout, and replaces the child after a fault, a timeout or a crash; each such event costs one worker,
 never the study. The child runs a backend chosen by name (BACKENDS): CuPy on a GPU
 (:mod:`autotune.gpu.cupy_backend`), or one that needs no GPU (:mod:`autotune.gpu.fake_backend`).
+
+A GpuWorker may be used from several threads: one of them starts the child while the others wait for its
+hello, and tasks run one at a time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import multiprocessing.connection
 import signal
+import threading
 from collections.abc import Callable
 
 from autotune.errors import AutotuneError, FailureClass, NoGpuError
@@ -36,6 +41,15 @@ BACKENDS: dict[str, Callable[[int], Backend]] = {
 
 class WorkerStartError(AutotuneError):
     """The GPU worker process could not be started (other than for lack of a GPU)."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Child:
+    """One child process, the parent's end of its pipe, and whether its hello has been read."""
+
+    process: multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+    greeted: bool = False
 
 
 class GpuWorker:
@@ -63,11 +77,12 @@ class GpuWorker:
         self.restarts = 0
         self._factory = functools.partial(factory, device)
         self._context = multiprocessing.get_context("spawn")
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._conn: multiprocessing.connection.Connection | None = None
-        self._info: dict | None = None
+        self._child: _Child | None = None
+        self._info: dict | None = None  # the latest hello
         self._spawned = 0
-        self._awaiting_hello = False  # begin() spawned a child whose hello is not read yet
+        self._starting = threading.Lock()  # held while a child is spawned and its hello awaited
+        self._tasking = threading.Lock()  # held for one task's round trip
+        self._forgetting = threading.Lock()  # held while the current child is forgotten
 
     def __enter__(self) -> GpuWorker:
         self.start()
@@ -79,7 +94,8 @@ class GpuWorker:
     @property
     def pid(self) -> int | None:
         """Process id of the current child, or None when none is running."""
-        return self._process.pid if self._process is not None else None
+        child = self._child
+        return child.process.pid if child is not None else None
 
     def begin(self) -> None:
         """Start a child if none is running, without waiting for its hello (:meth:`start` waits).
@@ -87,30 +103,41 @@ class GpuWorker:
         The child imports CuPy and creates its CUDA context meanwhile, so the caller
         can compile or open databases in the seconds that takes.
         """
-        if self._process is not None and (self._awaiting_hello or self._process.is_alive()):
-            return
-        self._reap()
-        self._spawn()
-        self._awaiting_hello = True
+        if not self._starting.acquire(blocking=False):
+            return  # another thread is starting one
+        try:
+            child = self._child
+            if child is not None and (not child.greeted or child.process.is_alive()):
+                return
+            if child is not None:
+                self._reap(child)
+            self._child = self._spawn()
+        finally:
+            self._starting.release()
 
     def start(self) -> None:
-        """Start a child if none is alive and wait for its hello.
+        """Start a child if none is alive and wait for its hello; a thread that finds another
+        starting one waits for that one's hello.
 
         Raises:
             NoGpuError: the child found no usable CUDA GPU.
             WorkerStartError: the child failed or did not answer in time.
         """
-        if not self._awaiting_hello:
-            if self._process is not None and self._process.is_alive():
+        with self._starting:
+            child = self._child
+            if child is not None and child.greeted:
+                if child.process.is_alive():
+                    return
+                self._reap(child)
+                child = None
+            if child is None:
+                child = self._child = self._spawn()
+            kind, payload = self._await_hello(child)
+            if kind == "hello":
+                self._info = payload
+                child.greeted = True
                 return
-            self._reap()
-            self._spawn()
-        self._awaiting_hello = False
-        kind, payload = self._await_hello()
-        if kind == "hello":
-            self._info = payload
-            return
-        self._reap()
+            self._reap(child)
         if kind == "no_gpu":
             raise NoGpuError(f"no CUDA GPU is available: {payload}")
         raise WorkerStartError(f"the GPU worker failed to start: {payload}")
@@ -144,44 +171,49 @@ class GpuWorker:
     def run(self, task: Task, timeout_s: float) -> Result:
         """Run one task in the child; never raises for what the task does.
 
-        ``timeout_s`` covers the task only, not starting a replacement child.
-        A child that does not answer in time is killed: ``Failure(TIMEOUT)``;
-        one that dies: ``Failure(CRASH)``; after either, or a FAULT, the next
-        call starts a fresh child.
+        ``timeout_s`` covers the task only, not starting a replacement child, nor
+        waiting for another thread's task. A child that does not answer in time is
+        killed: ``Failure(TIMEOUT)``; one that dies: ``Failure(CRASH)``; after either,
+        or a FAULT, the next call starts a fresh child.
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.start()
-        try:
-            self._conn.send(("task", task))
-        except (BrokenPipeError, ConnectionResetError):
-            return self._crashed()
-        ready = multiprocessing.connection.wait([self._conn, self._process.sentinel], timeout_s)
-        if not ready:
-            return self._timed_out(timeout_s)
-        try:
-            _, result, usable = self._conn.recv()
-        except (EOFError, ConnectionResetError):
-            return self._crashed()
-        if not usable:
-            self._reap()
-        return result
+        with self._tasking:
+            self.start()
+            child = self._child
+            if child is None:  # closed meanwhile
+                return self._crashed(None)
+            try:
+                child.conn.send(("task", task))
+                ready = multiprocessing.connection.wait([child.conn, child.process.sentinel], timeout_s)
+            except OSError:  # the child has gone, or close() closed the pipe
+                return self._crashed(child)
+            if not ready:
+                return self._timed_out(child, timeout_s)
+            try:
+                _, result, usable = child.conn.recv()
+            except (EOFError, OSError):
+                return self._crashed(child)
+            if not usable:
+                self._reap(child)
+            return result
 
     def close(self) -> None:
         """Ask the child to exit; kill it if it has not within a few seconds. A child still starting
-        (begun, its hello not read) is killed at once: it has nothing to finish, and it would read the
+        (its hello not read) is killed at once: it has nothing to finish, and it would read the
         request to exit only once CuPy and its CUDA context are up."""
-        if self._process is None:
+        child = self._child
+        if child is None:
             return
-        if self._awaiting_hello:
-            self._process.kill()
-        elif self._process.is_alive():
+        if not child.greeted:
+            child.process.kill()
+        elif child.process.is_alive():
             try:
-                self._conn.send(("close", None))
-            except (BrokenPipeError, ConnectionResetError):
+                child.conn.send(("close", None))
+            except OSError:
                 pass  # it died on its own; _reap collects it
-            self._process.join(CLOSE_WAIT_S)
-        self._reap()
+            child.process.join(CLOSE_WAIT_S)
+        self._reap(child)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -190,7 +222,7 @@ class GpuWorker:
             self.start()
         return self._info
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> _Child:
         parent_conn, child_conn = self._context.Pipe()
         process = self._context.Process(
             target=serve, args=(child_conn, self._factory), name=f"autotune-gpu{self.device}", daemon=True
@@ -200,43 +232,40 @@ class GpuWorker:
         if self._spawned:
             self.restarts += 1
         self._spawned += 1
-        self._process, self._conn = process, parent_conn
+        return _Child(process, parent_conn)
 
-    def _await_hello(self) -> tuple[str, object]:
-        ready = multiprocessing.connection.wait([self._conn, self._process.sentinel], self.start_timeout_s)
-        if not ready:
-            self._process.kill()
-            self._reap()
-            raise WorkerStartError(f"the GPU worker did not start within {self.start_timeout_s:g} s")
+    def _await_hello(self, child: _Child) -> tuple[str, object]:
         try:
-            return self._conn.recv()
-        except (EOFError, ConnectionResetError):
-            code = self._reap()
+            ready = multiprocessing.connection.wait([child.conn, child.process.sentinel], self.start_timeout_s)
+            if ready:
+                return child.conn.recv()
+        except (EOFError, OSError):  # it exited, or close() killed it
+            code = self._reap(child)
             raise WorkerStartError(f"the GPU worker exited with code {_exit_code(code)} while starting") from None
+        child.process.kill()
+        self._reap(child)
+        raise WorkerStartError(f"the GPU worker did not start within {self.start_timeout_s:g} s")
 
-    def _timed_out(self, timeout_s: float) -> Failure:
-        self._process.kill()
-        self._reap()
+    def _timed_out(self, child: _Child, timeout_s: float) -> Failure:
+        child.process.kill()
+        self._reap(child)
         return Failure(FailureClass.TIMEOUT.value, f"no answer after {timeout_s:.1f} s; worker killed")
 
-    def _crashed(self) -> Failure:
-        code = self._reap()
+    def _crashed(self, child: _Child | None) -> Failure:
+        code = self._reap(child) if child is not None else None
         return Failure(FailureClass.CRASH.value, f"worker exited with code {_exit_code(code)}")
 
-    def _reap(self) -> int | None:
-        """Wait for (killing if needed) the current child and forget it; its exit code."""
-        process, conn = self._process, self._conn
-        self._process, self._conn = None, None
-        self._awaiting_hello = False
-        if conn is not None:
-            conn.close()
-        if process is None:
-            return None
-        process.join(REAP_WAIT_S)
-        if process.is_alive():
-            process.kill()
-            process.join(REAP_WAIT_S)
-        return process.exitcode
+    def _reap(self, child: _Child) -> int | None:
+        """Wait for (killing if needed) ``child``, and forget it if it is the current one; its exit code."""
+        with self._forgetting:
+            if self._child is child:
+                self._child = None
+        child.conn.close()
+        child.process.join(REAP_WAIT_S)
+        if child.process.is_alive():
+            child.process.kill()
+            child.process.join(REAP_WAIT_S)
+        return child.process.exitcode
 
 
 def _exit_code(code: int | None) -> str:
