@@ -80,7 +80,7 @@ def test_export_refuses_what_it_cannot_serve(tmp_path):
 
 def test_query_per_architecture_and_same_architecture_stand_in(tmp_path):
     db = f"sqlite:///{tmp_path}/r.db"
-    assert autotune("results", "import", "tuned_db/h200.jsonl", "--db", db).returncode == 0
+    assert autotune("results", "import", "tests/data/h200-v1.jsonl", "--db", db).returncode == 0
     result = autotune("query", "--arch", "sm_90", "--shape", "4096", "--dtype", "f16", "--db", db, "--json")
     rows = json.loads(result.stdout)
     assert rows and all(r["arch"] == "sm_90" and r["gpu_name"] == "NVIDIA H200" for r in rows)
