@@ -63,7 +63,7 @@ def test_export_json_and_python_from_the_shipped_results(tmp_path):
     result = autotune("export", "--gpu", "h200", "--shipped", "--dtype", "f32", "--format", "python",
                       "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    table = read_table(tmp_path / "autotune_kernels_h200.json")
+    table = read_table(tmp_path / "autotune_table_h200_with_cubins.json")
     assert set(table.dtypes) == {"f32"}
     for kernel in table.dtypes["f32"].kernels:
         assert kernel.cubin[:4] == b"\x7fELF" and kernel.resources.registers > 0
