@@ -176,8 +176,8 @@ class DtypeTable:
 
     A table built from results lists its kernels in the order its selection chose them, then the builds
     for any shape of those built for whole tiles. Making one checks that each kernel's grid and k-tiles
-    are at least 1 and its work (:meth:`LaunchContract.work`) stays within 64 bits at every size the
-    table serves (TableError otherwise), so a pick never fails at its first call.
+    are at least 1 and its work (:meth:`LaunchContract.work`) stays within 64 bits at every size from 1
+    to the largest the table serves (TableError otherwise), so a pick never fails at its first call.
     """
 
     kernels: tuple[TableKernel, ...]
@@ -187,8 +187,8 @@ class DtypeTable:
     def __post_init__(self):
         if type(self.sms) is not int or self.sms < 1:
             raise TableError(f"sms {self.sms!r} (expected an integer >= 1)")
-        if self.rules:
-            domain = self.served_sizes()
+        if self.rules:  # every size from 1 to the largest served, so that picks outside the range evaluate too
+            domain = {size: (1, high) for size, (_, high) in self.served_sizes().items()}
             for kernel in self.kernels:
                 _check_bounded(kernel, domain, self.sms)
 
@@ -257,10 +257,16 @@ def _check_bounded(kernel: TableKernel, domain: dict[str, tuple[int, int]], sms:
     except AutotuneError as error:
         raise TableError(str(error)) from None
     if min(low for low, _ in [*grid, tiles]) < 1:
-        raise TableError(f"{kernel.name}: its grid or k-tiles can be below 1 at sizes the table serves")
+        raise TableError(f"{kernel.name}: its grid or k-tiles can be below 1 at sizes the table serves "
+                         f"(M, N, K from 1 to {_largest(domain)})")
     blocks = math.prod(high for _, high in grid)
     if blocks + sms >= MAX_MAGNITUDE or cdiv(blocks, sms) * tiles[1] >= MAX_MAGNITUDE:
-        raise TableError(f"{kernel.name}: its grid's blocks times its k-tiles leave 64 bits at sizes the table serves")
+        raise TableError(f"{kernel.name}: its grid's blocks times its k-tiles leave 64 bits at sizes the table "
+                         f"serves (M, N, K from 1 to {_largest(domain)})")
+
+
+def _largest(domain: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(str(high) for _, high in domain.values())
 
 
 @dataclasses.dataclass(frozen=True)
