@@ -158,7 +158,7 @@ class Expression:
             raise SpaceError(f"{self.where}: {self.text!r} is out of range (|value| >= 2**63)")
         return value
 
-    def over_sizes(self, names: dict[str, Any], where: str | None = None) -> SizeExpression:
+    def over_sizes(self, names: dict[str, Any]) -> SizeExpression:
         """This expression with its knob and derived values and ``gpu.FIELD`` taken from ``names`` (which
         holds ``gpu``), ``problem.m``, ``problem.n`` and ``problem.k`` written ``M``, ``N`` and ``K``, and
         every part that reads none of those computed: ``cdiv(problem.n, BN)`` with BN = 128 is ``cdiv(N, 128)``.
@@ -167,9 +167,8 @@ class Expression:
             SpaceError: a part that reads the sizes is not of the language of :class:`SizeExpression`, or a
                 part computed is not an integer.
         """
-        where = where or self.where
-        folded = _fold(ast.parse(self.text, mode="eval").body, names, f"{where}: {self.text!r}")
-        return SizeExpression(ast.unparse(folded), where)
+        folded = _fold(ast.parse(self.text, mode="eval").body, names, f"{self.where}: {self.text!r}")
+        return SizeExpression(ast.unparse(folded), self.where)
 
 
 class Reason:

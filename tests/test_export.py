@@ -5,9 +5,9 @@ import json
 import pytest
 from test_cli import assert_one_line_error, autotune
 
-from autotune.gpu_specs import GPUS
 from autotune.errors import SpaceError
 from autotune.expression import SizeExpression
+from autotune.gpu_specs import GPUS
 from autotune.kernel.contract import LaunchContract, contract_for
 from autotune.problem import GemmProblem
 from autotune.select.kernel_table import read_table

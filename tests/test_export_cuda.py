@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError
+from autotune.export.compile import compile_table
 from autotune.export.cuda import write_library
 from autotune.kernel_abi import (
     _DATA_TYPES,
@@ -36,7 +37,6 @@ from autotune.kernel_abi import (
     fits_tma,
 )
 from autotune.problem import GemmProblem
-from autotune.export.compile import compile_table
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch
 from autotune.select.selection import table_kernel, with_builds_for_any_shape
 from autotune.space.family import load_space

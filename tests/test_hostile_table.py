@@ -143,6 +143,23 @@ def test_a_table_file_whose_expressions_hold_at_every_served_size_loads_and_pick
     assert table.dtypes["f32"].kernels[0].launch.grid_for(100, 200, 3) == (4, 2, 1)
 
 
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda k, d: k["launch"].update(target="sm_90 */ int evil; /*"), "target"),
+    (lambda k, d: k["launch"].update(block=[0, 1, 1]), "block"),
+    (lambda k, d: k["launch"].update(block=[2**40, 1, 1]), "block"),
+    (lambda k, d: k["launch"].update(dynamic_smem=-1), "dynamic_smem"),
+    (lambda k, d: k["launch"].update(tensor_maps=[{"name": 'a", 0}; int evil; {"', "operand": "A", "box": [8, 8],
+                                                   "swizzle": 0}]), "identifiers"),
+    (lambda k, d: d.update(sms=10**30), "sms"),
+])
+def test_a_table_file_with_a_value_the_c_library_could_not_hold_is_refused_at_load(tmp_path, edit, fragment):
+    data = small_table().to_dict()
+    edit(data["dtypes"]["f32"]["kernels"][0], data["dtypes"]["f32"])
+    with pytest.raises(TableError, match=fragment) as error:
+        read_table(written(tmp_path, data))
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN", "0"])
 def test_a_table_file_with_a_time_that_is_not_a_positive_finite_number_is_refused(tmp_path, number):
     text = json.dumps(small_table().to_dict()).replace('"ms": 2.8', f'"ms": {number}')

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import tomllib
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +36,7 @@ from autotune.problem import GemmProblem
 from autotune.space.family import Config, SearchSpace
 
 K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, in space-file terms
+MAX_BLOCK = 1024  # threads along one side of a block
 
 
 def cdiv(a: int, b: int) -> int:
@@ -113,14 +115,18 @@ class LaunchContract:
         SpaceError on an expression outside the language."""
         if not str(data["entry"]).isidentifier():
             raise ValueError(f"entry {data['entry']!r} is not an identifier")
+        if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["target"])):
+            raise ValueError(f"target {data['target']!r} (expected sm_XY, e.g. sm_90a)")
         grid = tuple(str(text) for text in data["grid"])
         block = tuple(int(side) for side in data["block"])
-        if min(block, default=0) < 1 or int(data["dynamic_smem"]) < 0:
-            raise ValueError(f"block {list(block)} and dynamic_smem {data['dynamic_smem']!r} must be positive")
+        if not all(1 <= side <= MAX_BLOCK for side in block) or not 0 <= int(data["dynamic_smem"]) < 2**31:
+            raise ValueError(f"block {list(block)} (sides 1..{MAX_BLOCK}) or dynamic_smem {data['dynamic_smem']!r}")
         k_tiles = str(data.get("k_tiles", "K"))  # tables written before it: every k-tile counts alike
         serves = str(data.get("serves", "1"))  # tables written before it hold builds for any shape
         maps = tuple(TensorMapSpec(str(t["name"]), str(t["operand"]), (int(t["box"][0]), int(t["box"][1])),
                                    int(t["swizzle"])) for t in data.get("tensor_maps", []))
+        if not all(spec.name.isidentifier() for spec in maps):
+            raise ValueError(f"tensor map names {[spec.name for spec in maps]} must be identifiers")
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
                    dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
                    k_tiles=k_tiles, serves=serves)

@@ -46,6 +46,7 @@ SCHEMA_VERSION = 2
 READS_SCHEMA_VERSIONS = (1, 2)
 TUNED_RANGE_FACTOR = 2  # a table serves sizes from half its smallest to twice its largest tuned size, per axis
 KIND = "autotune-kernel-table"
+MAX_SMS = 4096  # the most SMs a GPU of a table may have
 SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|, "
                   "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
                   "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
@@ -185,8 +186,8 @@ class DtypeTable:
     sms: int = 1
 
     def __post_init__(self):
-        if type(self.sms) is not int or self.sms < 1:
-            raise TableError(f"sms {self.sms!r} (expected an integer >= 1)")
+        if type(self.sms) is not int or not 1 <= self.sms <= MAX_SMS:
+            raise TableError(f"sms {self.sms!r} (expected an integer from 1 to {MAX_SMS})")
         if self.rules:  # every size from 1 to the largest served, so that picks outside the range evaluate too
             domain = {size: (1, high) for size, (_, high) in self.served_sizes().items()}
             for kernel in self.kernels:
