@@ -189,7 +189,7 @@ class DtypeTable:
         if type(self.sms) is not int or not 1 <= self.sms <= MAX_SMS:
             raise TableError(f"sms {self.sms!r} (expected an integer from 1 to {MAX_SMS})")
         if self.rules:  # every size from 1 to the largest served, so that picks outside the range evaluate too
-            domain = {size: (1, high) for size, (_, high) in self.served_sizes().items()}
+            domain = {size: (1, min(high, MAX_SIZE)) for size, (_, high) in self.served_sizes().items()}
             for kernel in self.kernels:
                 _check_bounded(kernel, domain, self.sms)
 
