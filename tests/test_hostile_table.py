@@ -239,7 +239,7 @@ def test_a_results_line_filing_another_architecture_under_a_known_gpu_does_not_r
 
     code, out, err = cli(capsys, "export", "--gpu", "h200", "--dtype", "f32", "--format", "json", "--db", store.url,
                          "--out", str(tmp_path / "out"))
-    assert code == 0 and "ignoring the results of h200" in err and "as sm_75" in err, err
+    assert code == 0 and "ignoring the results of h200" in err and "as 'sm_75'" in err, err
     assert json.loads((tmp_path / "out" / "autotune_table_h200.json").read_text())["arch"] == "sm_90"
 
     from autotune.runtime.sources import choose_table

@@ -320,8 +320,7 @@ def ignored_environments(store: ResultStore, gpu: str | None = None, arch: str |
     lines = []
     for key, name, sm in store.gpus():
         if not _trusted(key, sm) and (key == gpu or gpu is None and sm == arch):
-            shown = "".join(c if c.isprintable() else "?" for c in name)
-            lines.append(f"ignoring the results of {key} measured on {shown!r} as {sm}: {key} is {GPUS[key].sm}")
+            lines.append(f"ignoring the results of {key} measured on {name!r} as {sm!r}: {key} is {GPUS[key].sm}")
     return lines
 
 
