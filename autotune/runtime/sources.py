@@ -21,7 +21,8 @@ from autotune.errors import AutotuneError
 from autotune.gpu_specs import spec_for_device
 from autotune.problem import DTYPES
 from autotune.runtime.dispatch import TableChoice
-from autotune.select.kernel_table import KernelTable, TableError, build_table, read_table
+from autotune.select.kernel_table import KernelTable, TableError, read_table
+from autotune.select.selection import build_table
 
 TABLE_VARIABLE = "AUTOTUNE_TABLE"
 
