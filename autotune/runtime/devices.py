@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy
 
+from autotune.export.compile import compile_table_kernel
 from autotune.gpu.launch import KernelLaunch, load_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
-from autotune.select.kernel_table import TableKernel, compile_table_kernel
+from autotune.select.kernel_table import TableKernel
 
 
 class CupyDevice:
