@@ -15,7 +15,7 @@ import statistics
 
 from recorded import add_problem_arguments, best_recorded
 
-from autotune.gpu.worker import EnergyTask
+from autotune.gpu.tasks import EnergyTask
 from autotune.records import Failure
 
 

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from recorded import add_problem_arguments, best_recorded
 
 from autotune.errors import InputError
-from autotune.gpu.worker import CublasTask, GpuWorker
+from autotune.gpu.tasks import CublasTask
+from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GPUS
 from autotune.kernel.compile import compile_kernel
 from autotune.kernel.render import render

@@ -517,7 +517,7 @@ def test_on_the_gpu_the_library_passes_the_search_verification(library, table, d
     import cupy
 
     from autotune.gpu import measure
-    from autotune.gpu.worker import verification_problems
+    from autotune.gpu.tasks import verification_problems
 
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     if (properties["major"], properties["minor"]) != (9, 0):

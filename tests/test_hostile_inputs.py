@@ -424,7 +424,7 @@ class _UnknownGpuBackend:
     NAME, ARCH, SMEM_OPT_IN = "NVIDIA RTX A6000", "sm_86", 101376
 
     def __init__(self, device: int = 0):
-        from autotune.gpu.worker import FakeBackend
+        from autotune.gpu.fake_backend import FakeBackend
 
         self._fake = FakeBackend(device)
 

@@ -57,7 +57,7 @@ def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, work
 
 
 def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
-    from autotune.gpu.worker import FakeBackend
+    from autotune.gpu.fake_backend import FakeBackend
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(256, 256, 256)
@@ -243,7 +243,7 @@ def test_cublas_runs_while_the_study_opens(tmp_path, worker, monkeypatch):
     """The reference needs no study: it runs on the GPU while the study opens, not after."""
     import threading
 
-    from autotune.gpu.worker import CublasTask
+    from autotune.gpu.tasks import CublasTask
     from autotune.search import search as study_module
 
     cublas_started = threading.Event()

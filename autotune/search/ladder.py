@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from autotune.errors import InputError, SearchError
-from autotune.gpu.worker import CublasTask, GpuWorker
+from autotune.gpu.tasks import CublasTask
+from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GpuSpec
 from autotune.kernel.compile import CompilePool
 from autotune.kernel.render import render

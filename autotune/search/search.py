@@ -42,7 +42,8 @@ from collections.abc import Callable, Sequence
 
 from autotune.errors import FailureClass, SearchError
 from autotune.gpu.race import RaceStage, lost_race, race_stages
-from autotune.gpu.worker import CublasTask, EnergyTask, GpuWorker, KernelTask
+from autotune.gpu.tasks import CublasTask, EnergyTask, KernelTask
+from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GpuSpec
 from autotune.kernel.compile import CompiledKernel, CompileFailure, CompilePool, compile_kernel, nvrtc_version
 from autotune.kernel.cubin import parameter_sizes
