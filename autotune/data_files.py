@@ -19,7 +19,7 @@ def data_dir(name: str) -> Path:
     """The directory ``templates``, ``search_spaces``, ``tuned_db`` or ``examples``, installed or in the source tree."""
     for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
         if candidate.is_dir():
-            return candidate
+            return candidate.resolve()  # in a source tree, the folder the link leads to
     raise FileNotFoundError(f"autotune data directory {name!r} not found next to {_PACKAGE}")
 
 
