@@ -17,9 +17,10 @@ from autotune.kernel.build import compile_result, finish_build
 from autotune.kernel.compile import CompilePool
 from autotune.kernel.render import render
 from autotune.problem import GemmProblem
-from autotune.records import Failure, Measurement
+from autotune.records import Environment, Failure, Measurement
 from autotune.results import ResultStore
 from autotune.search.evaluate import Measuring, Recorder, run_cublas
+from autotune.search.start import GpuRequest, attached_worker
 from autotune.space.family import Config, load_space, shipped_families
 
 LADDER_STUDY = "ladder"
@@ -58,6 +59,26 @@ class Rung:
     label: str
     config: Config | None
     outcome: Measurement | Failure | None  # None: no tuned result to measure
+
+
+@dataclasses.dataclass(frozen=True)
+class Ladder:
+    """The ladder measured on one GPU: its rungs and cuBLAS."""
+
+    env: Environment
+    rungs: tuple[Rung, ...]
+    cublas: Measurement
+
+
+def climb_attached(gpu: GpuRequest, problem: GemmProblem, db: str | None, repeats: int = 20) -> Ladder:
+    """Start a GPU worker (the GPU must be the one ``gpu`` asks for), open the results database at
+    ``db`` and :func:`climb` the ladder there."""
+    from autotune.results.opening import open_store
+
+    store = open_store(db)
+    with attached_worker(gpu) as (worker, spec):
+        rungs, cublas = climb(worker, store, spec, problem, repeats=repeats)
+        return Ladder(worker.environment(), tuple(rungs), cublas)
 
 
 def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProblem,
