@@ -72,7 +72,7 @@ def finish_build(space: SearchSpace, config: Config, compiled: CompiledKernel | 
             return Failure(FailureClass.LAUNCH_ERROR.value, unbuilt)
     if launch is None:
         launch = space.launch(config, gpu, problem) if problem is not None else contract_for(space, config, gpu)
-    mismatch = argument_mismatch(compiled, launch.tensor_maps)
+    mismatch = argument_mismatch(compiled.cubin, compiled.entry, launch.tensor_maps)
     if mismatch:
         return Failure(FailureClass.LAUNCH_ERROR.value, mismatch)
     resources = dataclasses.replace(compiled.resources, smem_dynamic=launch.dynamic_smem)
@@ -82,13 +82,13 @@ def finish_build(space: SearchSpace, config: Config, compiled: CompiledKernel | 
     return BuiltKernel(config, compiled.cubin, compiled.entry, launch, resources)
 
 
-def argument_mismatch(compiled: CompiledKernel, tensor_maps: tuple[TensorMapSpec, ...]) -> str | None:
-    """Why the cubin's entry cannot take the arguments of a launch with ``tensor_maps`` (their byte
+def argument_mismatch(cubin: bytes, entry: str, tensor_maps: tuple[TensorMapSpec, ...]) -> str | None:
+    """Why ``entry`` in ``cubin`` cannot take the arguments of a launch with ``tensor_maps`` (their byte
     sizes differ), or None; a cubin that does not list its parameters passes."""
     expected = argument_bytes(tensor_maps)
-    taken = parameter_sizes(compiled.cubin, compiled.entry)
+    taken = parameter_sizes(cubin, entry)
     if taken and taken != expected:
-        return f"{compiled.entry} takes parameters of {list(taken)} bytes; its launch passes {list(expected)}"
+        return f"{entry} takes parameters of {list(taken)} bytes; its launch passes {list(expected)}"
     return None
 
 
