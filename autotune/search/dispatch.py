@@ -13,12 +13,13 @@ could improve the objective get an energy window too.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import functools
 
 from autotune.gpu.race import RaceStage
 from autotune.gpu.worker import GpuWorker
-from autotune.records import EnergyWindow, Failure, Measurement
+from autotune.records import EnergyWindow, Environment, Failure, Measurement
 from autotune.search.compiling import Candidate
 from autotune.search.evaluate import Measuring, energy_window, run_candidate, run_cublas
 from autotune.search.lanes import GpuLane
@@ -41,10 +42,16 @@ class Dispatch:
         self.settings, self.measuring, self.standing = settings, measuring, standing
         self.spent, self.timeline = spent, timeline
 
-    def start_references(self, lanes: list[GpuLane]) -> None:
-        """Queue cuBLAS on every lane: each runs it as soon as its worker is up."""
+    def start_references(self, lanes: list[GpuLane]) -> list[concurrent.futures.Future]:
+        """Queue cuBLAS on every lane: each runs it as soon as its worker is up. A lane's thread is the
+        one that waits for its worker's hello (a worker is started from one thread only): the futures
+        give each worker's environment, or the error that stopped it starting."""
+        hellos = []
         for lane in lanes:
-            lane.submit(REFERENCE, functools.partial(self._reference_job, lane))
+            hello: concurrent.futures.Future = concurrent.futures.Future()
+            lane.submit(REFERENCE, functools.partial(self._reference_job, lane, hello))
+            hellos.append(hello)
+        return hellos
 
     def hand_out(self, ledger: StudyLedger, lanes: list[GpuLane], ready: collections.deque[Candidate]) -> bool:
         """Give each lane a candidate to run next, each holding a slot of the study; True when the
@@ -82,9 +89,12 @@ class Dispatch:
 
     # -- the lanes' jobs (run in the lanes' threads) ---------------------------------------------
 
-    def _reference_job(self, lane: GpuLane, worker: GpuWorker) -> tuple[Measurement, EnergyWindow | Failure | None]:
-        """cuBLAS timed on the lane's GPU (and metered on the first, for energy objectives)."""
+    def _reference_job(self, lane: GpuLane, hello: concurrent.futures.Future,
+                       worker: GpuWorker) -> tuple[Measurement, EnergyWindow | Failure | None]:
+        """The worker's hello, then cuBLAS timed on the lane's GPU (and metered on the first, for energy
+        objectives)."""
         with self._gpu_span(lane, "cuBLAS"):
+            _greet(worker, hello)
             cublas = run_cublas(worker, self.measuring)
         lane.cublas_ms = cublas.timing.median_ms
         metered = self.standing.objective.uses_energy and lane.index == 0
@@ -110,3 +120,14 @@ class Dispatch:
 
     def _gpu_span(self, lane: GpuLane, name: str):
         return span(self.timeline, f"GPU {lane.device}", name)
+
+
+def _greet(worker: GpuWorker, hello: concurrent.futures.Future) -> Environment:
+    """Wait for the worker's hello (starting it if need be) and pass its environment on through ``hello``."""
+    try:
+        env = worker.environment()
+    except BaseException as error:
+        hello.set_exception(error)
+        raise
+    hello.set_result(env)
+    return env

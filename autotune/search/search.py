@@ -191,7 +191,7 @@ class Search:
     def _run(self, pool: CompilePool, started: float) -> SearchResult:
         self.compiles.open(pool, self.opening)  # while the study opens and the GPU workers start
         lanes = [GpuLane(i, worker, self.events) for i, worker in enumerate(self.workers)]
-        self.dispatch.start_references(lanes)  # each lane's yardstick, measured while the study opens
+        hellos = self.dispatch.start_references(lanes)  # each lane's yardstick, measured while the study opens
         ledger: StudyLedger | None = None
         try:
             with span(self.timeline, SEARCH, "open study"):
@@ -202,7 +202,7 @@ class Search:
             view = ledger.view()
             progress = self._start_progress(view)
             self.compiles.fill(ledger, view, pool, lanes=1)  # while the GPU workers start
-            self._start_environment()
+            self._start_environment(hellos)
             self._loop(ledger, pool, lanes, started, progress)
             self._stop_lanes(ledger, lanes, progress)
             pool.close(wait=False)  # compiles still running are of no use now
@@ -301,9 +301,9 @@ class Search:
 
     # -- bookkeeping -------------------------------------------------------------------
 
-    def _start_environment(self) -> None:
-        """Wait for the workers' hellos: every worker must see the same GPU model."""
-        envs = [worker.environment() for worker in self.workers]
+    def _start_environment(self, hellos: list) -> None:
+        """Wait for the workers' hellos (the futures of their lanes): every worker must see the same GPU model."""
+        envs = [hello.result() for hello in hellos]
         different = [env for env in envs if env.gpu_name != envs[0].gpu_name]
         if different:
             raise SearchError(f"the GPU workers see different GPUs: {envs[0].gpu_name!r} and {different[0].gpu_name!r}")
