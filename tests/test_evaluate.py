@@ -286,3 +286,34 @@ def test_a_newer_optuna_schema_in_the_study_database_is_one_line(tmp_path):
     assert "\n" not in message and f"{tmp_path}/r.db" in message and "99.0.0" in message
     with pytest.raises(DatabaseError, match="set up by optuna 99.0.0"):
         StudyLedger(url, "s", ["minimize"], {}, budget=1)
+
+
+def test_a_workers_hello_is_awaited_by_its_lane_alone_while_the_search_opens_its_study(tmp_path):
+    """A worker begun early is started by one thread: its lane's, which runs cuBLAS first."""
+    import threading
+
+    from autotune.gpu.worker import GpuWorker
+    from autotune.results import ResultStore
+    from autotune.search.search import Search, SearchSettings
+
+    asked_from = []
+
+    class Watched:
+        def __init__(self, worker):
+            self.worker = worker
+
+        def __getattr__(self, name):
+            return getattr(self.worker, name)
+
+        def environment(self):
+            asked_from.append(threading.current_thread().name)
+            return self.worker.environment()
+
+    worker = GpuWorker(backend="fake")
+    worker.begin()  # as a command starts it: its hello not read yet
+    try:
+        result = Search(SearchSpace(TINY), H200, PROBLEM, ResultStore(f"sqlite:///{tmp_path}/r.db"), Watched(worker),
+                        SearchSettings(trials=2, jobs=2, seed=1)).run()
+    finally:
+        worker.close()
+    assert asked_from == ["autotune-lane0"] and result.evaluated == 2
