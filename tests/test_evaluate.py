@@ -113,16 +113,18 @@ def test_an_error_inside_a_compile_process_is_a_compile_failure():
 
 
 def test_a_table_kernel_names_where_its_build_stopped(monkeypatch):
-    from autotune.select import kernel_table
+    from autotune.export import compile as table_compile
+    from autotune.select.kernel_table import TableError, spec_for_arch
+    from autotune.select.selection import table_kernel
 
-    kernel = kernel_table.table_kernel("sgemm", load_space("sgemm").seeds[0].as_dict(), H200)
+    kernel = table_kernel("sgemm", load_space("sgemm").seeds[0].as_dict(), H200)
     for failure_class, wanted in ((FailureClass.COMPILE_ERROR, "does not compile for sm_90"),
-                                  (FailureClass.RESOURCE, f"does not fit {kernel_table.spec_for_arch('sm_90').key}"),
+                                  (FailureClass.RESOURCE, f"does not fit {spec_for_arch('sm_90').key}"),
                                   (FailureClass.LAUNCH_ERROR, "cannot be launched as the table says")):
-        monkeypatch.setattr(kernel_table, "build_kernel",
+        monkeypatch.setattr(table_compile, "build_kernel",
                             lambda *args, cls=failure_class, **kwargs: Failure(cls.value, "why"))
-        with pytest.raises(kernel_table.TableError, match=f"{kernel.name} {wanted}: why"):
-            kernel_table.compile_table_kernel(kernel, "sm_90")
+        with pytest.raises(TableError, match=f"{kernel.name} {wanted}: why"):
+            table_compile.compile_table_kernel(kernel, "sm_90")
 
 
 # -- the GPU task, the timeout, cuBLAS ------------------------------------------------------------------------
