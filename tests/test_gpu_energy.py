@@ -44,7 +44,7 @@ def test_energy_windows_of_cublas_and_a_seed_kernel(worker, dtype):
 
     from autotune.gpu.tasks import CublasTask, EnergyTask
     from autotune.gpu_specs import GPUS
-    from autotune.search.search import kernel_task
+    from autotune.search.evaluate import kernel_task
 
     pynvml.nvmlInit()
     try:
