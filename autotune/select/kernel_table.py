@@ -164,8 +164,8 @@ class TableRule:
 @dataclasses.dataclass(frozen=True)
 class TablePick:
     """What a shape gets: cuBLAS (``cublas``) or the tuned kernel ``kernel``, chosen at ``rule`` (the nearest
-    tuned shape), with the times predicted for both there. ``kernel`` is always a tuned kernel: the one to run
-    where cuBLAS is picked but cannot be loaded."""
+    tuned shape), with the times predicted for both at the shape. ``kernel`` is always a tuned kernel: the one
+    to run where cuBLAS is picked but cannot be loaded."""
 
     rule: TableRule
     kernel: str
