@@ -10,7 +10,9 @@
 // measure.time_launches: the L2 flushed by a memset before each start event (it keeps the GPU busy
 // while the host submits the launch), CUDA events around each launch, the median of 30. The timed
 // launches are checked again, and cuBLAS against the same bound. One line per shape, a CSV row per
-// shape; the exit code is 1 if any check failed.
+// shape, each saying what the library ran: its tuned kernel, or cuBLAS where its table predicts the
+// kernel slower and cuBLAS loads (autotune_kernel_for says "cublas"; AUTOTUNE_GEMM_CUBLAS=off makes
+// it run the tuned kernels everywhere); the exit code is 1 if any check failed.
 //
 // Build (bench/h200.sh cudalib): nvcc -x cu -arch=sm_90 ... -lautotune_gemm -lcublas -ldl -lpthread
 #include <cublas_v2.h>
@@ -154,6 +156,7 @@ template <typename T> T* device_array(size_t count) {
 
 struct Result {
     std::string kernel, message;
+    bool cublas = false;  // the library ran cuBLAS (its table's pick), not a tuned kernel
     double error_beta0 = 0, error_beta05 = 0, error_timed = 0, error_cublas = 0, ms = 0, cublas_ms = 0;
     bool ok = true;
 };
@@ -208,6 +211,7 @@ struct Checker {
         Result result;
         const char* kernel = autotune_kernel_for(Dtype<T>::name, m, n, k);
         result.kernel = kernel ? kernel : "-";
+        result.cublas = kernel != nullptr && std::strcmp(kernel, AUTOTUNE_GEMM_CUBLAS_NAME) == 0;
         T *a = device_array<T>(size_a), *b = device_array<T>(size_b), *c = device_array<T>(size_c);
         T* out = device_array<T>(size_c);
         float *a32 = device_array<float>(size_a), *b32 = device_array<float>(size_b), *c32 = device_array<float>(size_c);
@@ -293,10 +297,13 @@ int main(int argc, char** argv) {
     checker.flush_bytes = std::max(size_t(2) * size_t(properties.l2CacheSize), MIN_FLUSH_BYTES);
     check_cuda(cudaMalloc(&checker.flush, checker.flush_bytes), "cudaMalloc (flush)");
     check_cuda(cudaMalloc(&checker.worst, sizeof(unsigned int)), "cudaMalloc");
+    const char* choice = std::getenv("AUTOTUNE_GEMM_CUBLAS");
     std::printf("%s (sm_%d%d), library built for %s; median of %d launches after an L2 flush; err: the worst\n"
-                "|C - reference| / bound of beta 0, beta 0.5 and the timed launches; ratio: cuBLAS ms / library ms\n",
-                properties.name, properties.major, properties.minor, autotune_arch(), REPEATS);
-    std::fprintf(csv, "dtype,m,n,k,kind,kernel,max_error_over_bound,error_beta0,error_beta05,error_timed,"
+                "|C - reference| / bound of beta 0, beta 0.5 and the timed launches; ratio: cuBLAS ms / library ms;\n"
+                "ran: the library's tuned kernel, or cuBLAS where its table picks it (AUTOTUNE_GEMM_CUBLAS=%s)\n",
+                properties.name, properties.major, properties.minor, autotune_arch(), REPEATS,
+                choice ? choice : "unset: the first libcublas that loads");
+    std::fprintf(csv, "dtype,m,n,k,kind,ran,kernel,max_error_over_bound,error_beta0,error_beta05,error_timed,"
                       "cublas_error,ms,cublas_ms,ratio_to_cublas,ok,message\n");
     int failed = 0, checked = 0;
     for (const char* dtype : {"f32", "f16"}) {
@@ -307,6 +314,8 @@ int main(int argc, char** argv) {
             failed += which != "all";
             continue;
         }
+        int ran_cublas = 0, timed = 0;
+        double log_ratios = 0.0, lowest = 0.0;
         for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; ++i) {
             const Shape& shape = SHAPES[i];
             unsigned long long seed = 1000ull * i + (dtype[1] == '1' ? 500 : 0);
@@ -314,19 +323,29 @@ int main(int argc, char** argv) {
                                                       : checker.run<__half>(shape, seed);
             double worst = std::max({r.error_beta0, r.error_beta05, r.error_timed});
             double ratio = r.ms > 0 ? r.cublas_ms / r.ms : 0.0;
-            std::printf("%s %5dx%5dx%5d %-6s %-40.120s err %.3g  %.4f ms  cuBLAS %.4f ms  %.3fx  %s%s%s\n", dtype,
-                        shape.m, shape.n, shape.k, shape.kind, r.kernel.c_str(), worst, r.ms, r.cublas_ms, ratio,
-                        r.ok ? "ok" : "FAILED", r.message.empty() ? "" : ": ", r.message.c_str());
+            const char* ran = r.cublas ? "cuBLAS" : "kernel";
+            std::printf("%s %5dx%5dx%5d %-6s ran %-6s %-40.120s err %.3g  %.4f ms  cuBLAS %.4f ms  %.3fx  %s%s%s\n",
+                        dtype, shape.m, shape.n, shape.k, shape.kind, ran, r.kernel.c_str(), worst, r.ms, r.cublas_ms,
+                        ratio, r.ok ? "ok" : "FAILED", r.message.empty() ? "" : ": ", r.message.c_str());
             std::string message = r.message;
             std::replace(message.begin(), message.end(), ',', ';');
-            std::fprintf(csv, "%s,%d,%d,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%.6f,%.6f,%.4f,%d,%s\n", dtype, shape.m,
-                         shape.n, shape.k, shape.kind, r.kernel.c_str(), worst, r.error_beta0, r.error_beta05,
+            std::fprintf(csv, "%s,%d,%d,%d,%s,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%.6f,%.6f,%.4f,%d,%s\n", dtype, shape.m,
+                         shape.n, shape.k, shape.kind, ran, r.kernel.c_str(), worst, r.error_beta0, r.error_beta05,
                          r.error_timed, r.error_cublas, r.ms, r.cublas_ms, ratio, int(r.ok), message.c_str());
+            ran_cublas += r.cublas;
+            if (ratio > 0) {
+                log_ratios += std::log(ratio);
+                lowest = timed++ ? std::min(lowest, ratio) : ratio;
+            }
             std::fflush(csv);
             std::fflush(stdout);
             failed += !r.ok;
             ++checked;
         }
+        if (timed)
+            std::printf("%s: %.3fx cuBLAS geometric mean over %d timed shapes, worst %.3fx; the library ran cuBLAS at "
+                        "%d shapes, its tuned kernels at the others\n",
+                        dtype, std::exp(log_ratios / timed), timed, lowest, ran_cublas);
     }
     std::fclose(csv);
     std::printf("%d of %d checks passed\n", checked - failed, checked);

@@ -93,7 +93,7 @@ while [ $# -gt 0 ]; do
         ;;
     runtime)
         python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
-        python3 bench/runtime_check.py --table "$BUILD/export/autotune_kernels_h200.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
         ;;
     cudalib)
         library=${CUDALIB_DIR:-$BUILD/cudalib}

@@ -1,12 +1,16 @@
 """The Python runtime on a GPU: every pick verified against cuBLAS and timed beside it, host overhead, PyTorch.
 
-    python3 bench/runtime_check.py [--table autotune_kernels_h200.json] [--out DIR]
+    python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
 
 For 20 shapes per dtype (square, odd, tall, wide, long-K and LLM-style) it
 runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
 search does (L2 flushed before each launch, which also hides launch latency).
+Each shape says what ran: the tuned kernel, or cuBLAS (the table's pick where its
+kernel is predicted slower, or a fallback); where the table decided, its tuned
+kernel is timed too, launched directly, so the row shows whether the pick was the
+faster of the two there (the prediction against the measurement).
 Then: a misaligned and a strided operand (cuBLAS fallback, still correct), a
 PyTorch fp16 tensor (no copy: the runtime writes the tensor's own memory), and
 host time per call against ``cupy.matmul`` on a small shape.
@@ -52,16 +56,36 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
                                case, operands, ref, bound)
         worst = max(worst, result.max_error)
         if not result.passed:
-            return _row(problem, decision, worst, None, None, f"beta {beta}: {result.describe()}")
+            return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
     ours = measure.time_launches(lambda: autotune.gemm(operands.a, operands.b, out=operands.out), repeats=30)
     cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0), repeats=30)
-    return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, "ok")
+    tuned = measure.time_launches(_tuned_launch(decision, operands), repeats=30) if decision.pick else None
+    return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
 
 
-def _row(problem, decision, worst, ms, cublas_ms, status) -> dict:
-    return {"dtype": problem.dtype, "shape": problem.shape, "kernel": "cuBLAS" if decision.uses_cublas else
-            decision.kernel.name, "why": decision.reason, "max_error_over_bound": worst, "ms": ms,
-            "cublas_ms": cublas_ms, "ratio_to_cublas": cublas_ms / ms if ms and cublas_ms else None, "status": status}
+def _tuned_launch(decision, operands):
+    """The table's tuned kernel for this call launched directly: the one it runs, or the one cuBLAS stood in for."""
+    runtime = autotune.runtime.runtime_for(0)
+    table = runtime.choice.table
+    kernel = table.dtypes[decision.dtype].kernel(decision.pick.kernel)
+    device = runtime.device
+    a, b, out = device.operand(operands.a, "a"), device.operand(operands.b, "b"), device.operand(operands.out, "out")
+    return lambda: device.launch(kernel, table.arch, a, b, out, 1.0, 0.0, cupy.cuda.get_current_stream())
+
+
+def _row(problem, decision, worst, ms, cublas_ms, tuned_ms, status) -> dict:
+    """What ran and why, its error, and the times: autotune.gemm, cuBLAS and (where the table decided) its tuned
+    kernel; ``pick_right``: whether the table's choice was the faster of its kernel and cuBLAS here."""
+    pick = decision.pick
+    tuned_ratio = cublas_ms / tuned_ms if tuned_ms and cublas_ms else None
+    return {"dtype": problem.dtype, "shape": problem.shape, "runs": "cuBLAS" if decision.uses_cublas else "kernel",
+            "kernel": "cuBLAS" if decision.uses_cublas else decision.kernel.name,
+            "table_pick": ("cublas" if pick.cublas else pick.kernel) if pick else None,
+            "tuned_kernel": pick.kernel if pick else None, "why": decision.reason, "max_error_over_bound": worst,
+            "ms": ms, "cublas_ms": cublas_ms, "ratio_to_cublas": cublas_ms / ms if ms and cublas_ms else None,
+            "tuned_ms": tuned_ms, "predicted_tuned_ratio": pick.ratio_to_cublas if pick else None,
+            "tuned_ratio_to_cublas": tuned_ratio,
+            "pick_right": (pick.cublas == (tuned_ratio < 1.0)) if pick and tuned_ratio else None, "status": status}
 
 
 def check_fallbacks() -> list[dict]:
@@ -152,10 +176,7 @@ def main() -> int:
         for seed, shape in enumerate(SHAPES):
             row = check_shape(GemmProblem(*shape, dtype), seed)
             rows.append(row)
-            ratio = f"{row['ratio_to_cublas']:.3f}x" if row["ratio_to_cublas"] else "-"
-            print(f"{dtype} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
-                  f"ms {row['ms'] or 0:.5f} cuBLAS {row['cublas_ms'] or 0:.5f} {ratio:>7} {row['kernel'][:60]}",
-                  flush=True)
+            print(_line(row), flush=True)
     report = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
               "table": str(autotune.runtime.runtime_for(0).choice.note), "shapes": rows,
               "fallbacks": check_fallbacks(), "torch": check_torch(), "host_us_per_call": host_overhead()}
@@ -172,15 +193,34 @@ def main() -> int:
         print(f"host {micros:7.2f} us/call  {name}")
     ratios = [r["ratio_to_cublas"] for r in rows if r["ratio_to_cublas"]]
     for dtype in DTYPES:
-        own = [r["ratio_to_cublas"] for r in rows if r["dtype"] == dtype and r["ratio_to_cublas"]]
-        if own:
-            print(f"{dtype}: geometric mean {float(numpy.exp(numpy.mean(numpy.log(own)))):.3f}x cuBLAS over "
-                  f"{len(own)} shapes, worst {min(own):.3f}x")
+        own = [r for r in rows if r["dtype"] == dtype]
+        timed = [r["ratio_to_cublas"] for r in own if r["ratio_to_cublas"]]
+        if timed:
+            print(f"{dtype}: geometric mean {float(numpy.exp(numpy.mean(numpy.log(timed)))):.3f}x cuBLAS over "
+                  f"{len(timed)} shapes, worst {min(timed):.3f}x")
+        judged = [r["pick_right"] for r in own if r["pick_right"] is not None]
+        print(f"{dtype}: the tuned kernel ran on {sum(r['runs'] == 'kernel' for r in own)} shapes, cuBLAS on "
+              f"{sum(r['runs'] == 'cuBLAS' for r in own)} ({sum(r['table_pick'] == 'cublas' for r in own)} the "
+              f"table's pick); the table chose the faster of its kernel and cuBLAS at {sum(judged)} of {len(judged)}")
     failed = [r for r in rows if r["status"] != "ok"] + [r for r in report["fallbacks"] if r["status"] != "ok"]
     failed += [report["torch"]] if report["torch"]["status"] not in ("ok",) else []
     print(f"{len(rows) - len([r for r in rows if r['status'] != 'ok'])} of {len(rows)} shapes verified; "
           f"{len(failed)} failures; {len(ratios)} timed")
     return 1 if failed else 0
+
+
+def _line(row: dict) -> str:
+    """One shape: status, error, times, what ran; where the table decided, its tuned kernel predicted and measured."""
+    ratio = f"{row['ratio_to_cublas']:.3f}x" if row["ratio_to_cublas"] else "-"
+    text = (f"{row['dtype']} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
+            f"ms {row['ms'] or 0:.5f} cuBLAS {row['cublas_ms'] or 0:.5f} {ratio:>7} ran {row['kernel'][:60]}")
+    if row["table_pick"]:
+        predicted, measured = (f"{row[key]:.3f}x" if row[key] else "-"
+                               for key in ("predicted_tuned_ratio", "tuned_ratio_to_cublas"))
+        verdict = {True: "right", False: "WRONG", None: "-"}[row["pick_right"]]
+        text += (f"; table: {row['table_pick'][:40]}, tuned kernel predicted {predicted}, measured {measured} "
+                 f"cuBLAS ({verdict})")
+    return text
 
 
 if __name__ == "__main__":

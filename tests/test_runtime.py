@@ -22,9 +22,10 @@ def kernel(name: str, tile: int) -> TableKernel:
 
 
 def small_table(arch: str = "sm_90") -> KernelTable:
-    """Two f32 kernels: one tuned at 64^3, one at 4096^3; no f16."""
-    rules = (TableRule(64, 64, 64, "small", ms=0.01, cublas_ms=0.012, measured_on="NVIDIA H200"),
-             TableRule(4096, 4096, 4096, "large", ms=2.8, cublas_ms=2.7, measured_on="NVIDIA H200"))
+    """Two f32 kernels: one tuned at 64^3, one at 4096^3, each enough faster than cuBLAS there that the
+    shapes these tests ask for stay on them; no f16."""
+    rules = (TableRule(64, 64, 64, "small", ms=0.01, cublas_ms=0.02, measured_on="NVIDIA H200"),
+             TableRule(4096, 4096, 4096, "large", ms=2.8, cublas_ms=3.0, measured_on="NVIDIA H200"))
     return KernelTable(arch=arch, gpu="h200", measured_on=("NVIDIA H200",),
                        dtypes={"f32": DtypeTable((kernel("small", 32), kernel("large", 128)), rules)})
 
@@ -35,7 +36,7 @@ def whole_tiles_table() -> KernelTable:
     whole = TableKernel(name="whole", family="sgemm", params={}, template_hash="0" * 16, any_shape="any",
                         launch=LaunchContract(**{**whole.launch.__dict__, "grid": ("cdiv(N, 256)", "cdiv(M, 128)", "1"),
                                                  "serves": "M % 128 + N % 256 + K % 4 == 0"}))
-    rules = (TableRule(4096, 4096, 4096, "whole", ms=2.7, cublas_ms=2.7, measured_on="NVIDIA H200"),)
+    rules = (TableRule(4096, 4096, 4096, "whole", ms=2.7, cublas_ms=3.0, measured_on="NVIDIA H200"),)
     return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
                        dtypes={"f32": DtypeTable((kernel("any", 128), whole), rules)})
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # autotune.select.selection loads the database layer: only th
     from autotune.select.selection import HeldOut, Selection
 
 LEAVE_ONE_OUT = "leave-one-out"
+CUBLAS_SHOWN = "cuBLAS"  # a cuBLAS pick in the text, where a kernel's short name would stand
 
 
 def register(sub) -> None:
@@ -103,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"selection table for {selection.gpu.key} {selection.dtype} ({chosen.source}): {len(table.chosen)} kernels "
           f"(at most {selection.max_kernels}) for {len(selection.training)} training shapes; a shape gets, of the "
           "kernels measured at the nearest training shape, the one whose time there scaled by its busiest SM's work "
-          "is least")
+          "is least, or cuBLAS where that time is more than cuBLAS's there scaled by m*n*k "
+          f"({_cublas_rules(table)} of {len(table.rules)} rules go to cuBLAS)")
     _print_rules(chosen)
     if selection.unruled:
         print(f"{len(selection.unruled)} training shapes have no rule (none of the {len(table.chosen)} kernels was "
@@ -119,12 +121,13 @@ def _print_rules(chosen: Judged) -> None:
     table, measured = chosen.table, chosen.selection.results.shapes
     varying = _varying_knobs(chosen)
     loo = {h.problem: h for h in chosen.report} if chosen.held_out_from == LEAVE_ONE_OUT else None
-    headers = ["shape", "kernel", " ".join(varying) or "knobs", "ms", "of best", "vs cuBLAS"]
+    headers = ["shape", "kernel", " ".join(varying) or "knobs", "ms", "of best", "vs cuBLAS", "runs"]
     rows = []
     for rule in table.rules:
         problem, params = measured[rule.shape].problem, _params(chosen, rule.kernel)
         row = [problem.shape, table.short_name(rule.kernel), " ".join(str(params.get(k, "-")) for k in varying),
-               rule.ms, f"{rule.fraction_of_best:.3f}", _ratio(rule.ratio_to_cublas)]
+               rule.ms, f"{rule.fraction_of_best:.3f}", _ratio(rule.ratio_to_cublas),
+               CUBLAS_SHOWN if table.goes_to_cublas(rule) else table.short_name(rule.kernel)]
         if loo is not None:
             row.append(_loo_verdict(loo[problem], table))
         rows.append(row)
@@ -141,7 +144,7 @@ def _print_kernels(table: DtypeTable) -> None:
 
 def _print_held_out(chosen: Judged) -> None:
     table = chosen.table
-    rows = [[h.problem.shape, table.short_name(h.kernel.name) if h.kernel else "-",
+    rows = [[h.problem.shape, _picked(table, h),
              h.picked_from.shape if h.picked_from else "-", h.pick_ms, h.best_ms, h.cublas_ms,
              _ratio(h.fraction_of_best, "x"), _ratio(h.ratio_to_cublas)] for h in chosen.report]
     print(f"held out ({chosen.held_out_from}): the table's pick at shapes it was not built from")
@@ -166,7 +169,8 @@ def quality_line(chosen: Judged) -> str:
 
 def to_json(chosen: Judged) -> dict:
     """Everything ``autotune table`` shows, machine-readably."""
-    from autotune.select.selection import quality
+    from autotune.select.kernel_table import SELECTION_RULE
+    from autotune.select.selection import CUBLAS, quality
 
     selection, table, measured = chosen.selection, chosen.table, chosen.selection.results.shapes
     loo = chosen.held_out_from == LEAVE_ONE_OUT
@@ -176,6 +180,7 @@ def to_json(chosen: Judged) -> dict:
         problem = measured[rule.shape].problem
         row = {"shape": problem.shape, "alpha": problem.alpha, "beta": problem.beta,
                "kernel": table.short_name(rule.kernel), "config": rule.kernel, "family": table.kernel(rule.kernel).family,
+               "cublas": table.goes_to_cublas(rule),
                "params": _params(chosen, rule.kernel), "ms": rule.ms, "best_ms": rule.best_ms,
                "best_config": measured[rule.shape].best_config, "cublas_ms": rule.cublas_ms,
                "fraction_of_best": rule.fraction_of_best, "ratio_to_cublas": rule.ratio_to_cublas,
@@ -188,6 +193,8 @@ def to_json(chosen: Judged) -> dict:
     return {
         "gpu": selection.gpu.key, "arch": selection.gpu.sm, "dtype": selection.dtype, "source": chosen.source,
         "max_kernels": selection.max_kernels,
+        "selection": SELECTION_RULE,
+        "cublas_rules": _cublas_rules(table),
         "training_shapes": ["x".join(map(str, s)) for s in selection.training],
         "unruled_shapes": ["x".join(map(str, s)) for s in selection.unruled],
         "kernels": [{"kernel": table.short_name(k.name), "config": k.name, "family": k.family,
@@ -196,8 +203,8 @@ def to_json(chosen: Judged) -> dict:
         "rules": rules,
         "held_out": {
             "from": chosen.held_out_from,
-            "shapes": [{"shape": h.problem.shape, "pick": h.config_name,
-                        "kernel": _short_name(table, h.kernel),
+            "shapes": [{"shape": h.problem.shape, "pick": h.config_name, "cublas": h.cublas,
+                        "kernel": CUBLAS if h.cublas else _short_name(table, h.kernel),
                         "picked_from": h.picked_from.shape if h.picked_from else None, "pick_ms": h.pick_ms,
                         "best_ms": h.best_ms, "cublas_ms": h.cublas_ms, "fraction_of_best": h.fraction_of_best,
                         "ratio_to_cublas": h.ratio_to_cublas} for h in chosen.report],
@@ -222,10 +229,22 @@ def _varying_knobs(chosen: Judged) -> list[str]:
 def _loo_verdict(held: HeldOut, table: DtypeTable) -> str:
     if held.picked_from is None:
         return "no other shape"
-    name = table.short_name(held.kernel.name)  # type: ignore[union-attr]
+    name = _picked(table, held)
     if held.fraction_of_best is None:
         return f"{name} from {held.picked_from.shape}: not measured here"
     return f"{held.fraction_of_best:.3f} of best ({name} from {held.picked_from.shape})"
+
+
+def _cublas_rules(table: DtypeTable) -> int:
+    """How many of the table's rules go to cuBLAS (their kernel was slower than cuBLAS there)."""
+    return sum(1 for rule in table.rules if table.goes_to_cublas(rule))
+
+
+def _picked(table: DtypeTable, held: HeldOut) -> str:
+    """What a held-out shape gets, as the table's text shows it: cuBLAS, a kernel's short name, or -."""
+    if held.cublas:
+        return CUBLAS_SHOWN
+    return table.short_name(held.kernel.name) if held.kernel else "-"
 
 
 def _short_name(table: DtypeTable, kernel: TableKernel | None) -> str | None:

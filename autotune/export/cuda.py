@@ -3,7 +3,8 @@
 :func:`write_library` writes a CMake project: ``include/autotune_gemm.h`` (a C
 API, no CUDA header needed), ``src/`` (the cubins as byte arrays, each kernel's
 launch contract, the selection rules ported from :meth:`DtypeTable.pick`, and
-the launcher, which loads the CUDA driver at run time), ``CMakeLists.txt``
+the launcher, which loads the CUDA driver at run time, and cuBLAS where the
+table picks it and it is installed), ``CMakeLists.txt``
 with an installable, ``find_package``-able target ``autotune::autotune_gemm``,
 an example and a README. The files are in ``cuda_library/`` beside this
 module: those ending in ``.j2`` are rendered with the table, the rest copied.
@@ -23,7 +24,7 @@ from autotune.export.compile import compile_table
 from autotune.export.files import check_destination, write_files
 from autotune.kernel.cubin import parameter_sizes
 from autotune.kernel_abi import SWIZZLES, argument_bytes
-from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule
 
 LIBRARY_FILES = Path(__file__).resolve().parent / "cuda_library"
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
@@ -93,21 +94,19 @@ def _check_table(table: KernelTable) -> re.Match:
 
 
 def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -> dict[str, Any]:
-    rules = dtype.rules if dtype else ()
-    volumes = sorted({rule.m * rule.n * rule.k for rule in rules})
-    return {
-        "name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
-        "sms": dtype.sms if dtype else 1,
-        "rules": [{"m": rule.m, "n": rule.n, "k": rule.k, "volume_rank": volumes.index(rule.m * rule.n * rule.k),
-                   "times": [{"kernel": index[kernel], "ms": repr(float(ms))} for kernel, ms in rule.times],
-                   "kernel_name": rule.kernel, "note": _rule_note(rule)}
-                  for rule in rules],
-    }
+    volumes = sorted({rule.m * rule.n * rule.k for rule in dtype.rules}) if dtype else []
+    rules = [_rule_context(rule, dtype.goes_to_cublas(rule), volumes, index) for rule in dtype.rules] if dtype else []
+    return {"name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
+            "sms": dtype.sms if dtype else 1, "rules": rules}
 
 
-def _rule_note(rule) -> str:
+def _rule_context(rule: TableRule, cublas: bool, volumes: list[int], index: dict[str, int]) -> dict[str, Any]:
     ratio = f", {rule.ratio_to_cublas:.3f}x cuBLAS" if rule.ratio_to_cublas else ""
-    return _comment_text(f"{rule.ms:.4g} ms{ratio} on {rule.measured_on}")
+    goes = ": cuBLAS runs here where it loads" if cublas else ""
+    return {"m": rule.m, "n": rule.n, "k": rule.k, "volume_rank": volumes.index(rule.m * rule.n * rule.k),
+            "times": [{"kernel": index[kernel], "ms": repr(float(ms))} for kernel, ms in rule.times],
+            "cublas_ms": repr(float(rule.cublas_ms)) if rule.cublas_ms else "0.0", "cublas": cublas,
+            "kernel_name": rule.kernel, "note": _comment_text(f"{rule.ms:.4g} ms{ratio} on {rule.measured_on}{goes}")}
 
 
 def _comment_text(text: str) -> str:

@@ -1,10 +1,12 @@
 """Which kernel runs a GEMM call, or why cuBLAS does: pure decisions, no CUDA.
 
 A :class:`Decision` names the tuned kernel the table picks for the call's shape
-and dtype, or the reason the call falls back to cuBLAS (a dtype or layout no
-tuned kernel serves, an operand a kernel cannot address, no tuned results for
-this GPU). Mismatched shapes or operands on different devices are errors, not
-fallbacks: no library could run them.
+and dtype, or why the call runs on cuBLAS: the table picks cuBLAS (the tuned
+kernel is predicted slower than cuBLAS at this shape), or no tuned kernel can
+serve it (a dtype or layout none takes, an operand a kernel cannot address,
+sizes outside the tuned range, no tuned results for this GPU). Mismatched
+shapes or operands on different devices are errors, not fallbacks: no library
+could run them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 
 from autotune.errors import InputError
 from autotune.runtime.operands import Operand
-from autotune.select.kernel_table import KernelTable, TableKernel, TableRule
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableKernel, TablePick, TableRule
 
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: tuned kernels need 16-byte-aligned operand starts (vector and TMA loads)
@@ -29,7 +31,10 @@ class TableChoice:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What one call runs: ``kernel`` (with the ``rule`` that picked it), or cuBLAS because of ``reason``."""
+    """What one call runs: ``kernel`` (with the ``rule`` that picked it), or cuBLAS because of ``reason``.
+
+    Where the table decided, ``pick`` holds its pick with the two predicted times; ``pick.cublas`` is set
+    where it chose cuBLAS over its tuned kernel (``pick.kernel``)."""
 
     dtype: str
     shape: tuple[int, int, int]
@@ -37,6 +42,7 @@ class Decision:
     rule: TableRule | None
     reason: str  # why this kernel, or why cuBLAS
     table_note: str
+    pick: TablePick | None = None
 
     @property
     def uses_cublas(self) -> bool:
@@ -98,17 +104,37 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
         return fallback(outside)
     pick = dtype_table.pick(m, n, k)
     rule, kernel = pick.rule, dtype_table.kernel(pick.kernel)
-    if (rule.m, rule.n, rule.k) == shape:
+    if pick.cublas:
+        return Decision(dtype, shape, None, rule, _cublas_reason(dtype_table, pick, shape), choice.note, pick)
+    if rule.shape == shape:
         why = f"tuned at this shape ({_quality(rule, pick.measured)})"
     else:
         why = (f"chosen at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} for its work here "
-               f"({_quality(rule, pick.measured)})")
+               f"({_quality(rule, pick.measured)}{_predicted(pick)})")
     if pick.measured != pick.kernel:
         why += f"; {pick.measured} is built for whole tiles, this is its build for any shape"
-    return Decision(dtype, shape, kernel, rule, why, choice.note)
+    return Decision(dtype, shape, kernel, rule, why, choice.note, pick)
 
 
 def _quality(rule: TableRule, kernel: str) -> str:
     ms = dict(rule.times)[kernel]
     text = f"{ms:.4g} ms there on {rule.measured_on}"
     return text + (f", {rule.cublas_ms / ms:.3f}x cuBLAS" if rule.cublas_ms else "")
+
+
+def _predicted(pick: TablePick) -> str:
+    return f"; predicted {pick.ratio_to_cublas:.3f}x cuBLAS here" if pick.ratio_to_cublas is not None else ""
+
+
+def _cublas_reason(table: DtypeTable, pick: TablePick, shape: tuple[int, int, int]) -> str:
+    """Why the table picks cuBLAS: its tuned kernel's predicted time against cuBLAS's, and where they come from."""
+    rule, short = pick.rule, table.short_name(pick.measured)
+    ms = dict(rule.times)[pick.measured]
+    measured = f"{ms:.4g} ms against cuBLAS's {rule.cublas_ms:.4g} ms on {rule.measured_on}"
+    if rule.shape == shape:
+        where = f"tuned at this shape: {measured}"
+    else:
+        where = (f"{pick.kernel_ms:.4g} ms against {pick.cublas_ms:.4g} ms, carried from the nearest tuned shape "
+                 f"{rule.m}x{rule.n}x{rule.k}, where it took {measured}")
+    return (f"the table picks it: the tuned kernel {short} is predicted {pick.ratio_to_cublas:.3f}x cuBLAS at "
+            f"this shape ({short} is {pick.measured}; {where})")

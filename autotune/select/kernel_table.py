@@ -5,12 +5,13 @@ and each dtype, the kernels a selection chose (at most 16, each with its
 launch contract and, once compiled, its cubin; a kernel built for whole tiles
 brings its build for any shape, launched where the shape has partial tiles)
 and the rules that map a shape to one of them: the tuned shapes, each with the
-times of those kernels measured there and its measured quality. A shape gets,
-of the kernels measured at the nearest tuned shape, the one whose time there
-scaled by the change in its busiest SM's work is least
-(:meth:`DtypeTable.pick`, :mod:`autotune.select.scaling`). This one rule is what
-``autotune table`` and ``plot`` show, what the runtime launches and what the C
-library's ``autotune_gemm_pick`` computes.
+times of those kernels and of cuBLAS measured there and its measured quality.
+A shape gets, of the kernels measured at the nearest tuned shape, the one whose
+time there scaled by the change in its busiest SM's work is least; and cuBLAS
+instead where that predicted time is more than cuBLAS's time there carried in
+proportion to ``m * n * k`` (:meth:`DtypeTable.pick`, :mod:`autotune.select.scaling`).
+This one rule is what ``autotune table`` and ``plot`` show, what the runtime
+launches and what the C library's ``autotune_gemm_pick`` computes.
 
 A table is built from results by :mod:`autotune.select.selection` and compiled
 by :mod:`autotune.export.compile`; this module only holds it. It is written as
@@ -18,7 +19,7 @@ JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 2) by ``autotune export``
 and read back by the runtime (:func:`autotune.load`), checked as it is read:
 every number finite, every expression one the table can evaluate at every size
 it serves without leaving 64 bits. Version 1 files (one time per rule) are read
-too: their picks are the nearest tuned shape's kernel.
+too: their picks are the nearest tuned shape's kernel (or cuBLAS, where it was faster there).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from autotune.kernel.contract import LaunchContract, cdiv
 from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES
 from autotune.records import Resources
-from autotune.select.scaling import fastest
+from autotune.select.scaling import cublas_ms_at, fastest
 from autotune.shapes import nearest
 
 SCHEMA_VERSION = 2
@@ -50,8 +51,10 @@ MAX_SMS = 4096  # the most SMs a GPU of a table may have
 SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|, "
                   "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
                   "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
-                  "cdiv(grid blocks, sms) * k_tiles (the busiest SM's k-tiles); sizes outside "
-                  "[ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
+                  "cdiv(grid blocks, sms) * k_tiles (the busiest SM's k-tiles); cuBLAS instead where that least "
+                  "time is more than cublas_ms * (m * n * k) / (m' * n' * k') (cuBLAS has no launch contract: it "
+                  "chooses its own kernel per shape, so its time is carried at the throughput measured there); "
+                  "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
 
 
 class TableError(AutotuneError):
@@ -160,15 +163,29 @@ class TableRule:
 
 @dataclasses.dataclass(frozen=True)
 class TablePick:
-    """The kernel (its name) a shape gets, and the rule (nearest tuned shape) it was chosen at."""
+    """What a shape gets: cuBLAS (``cublas``) or the tuned kernel ``kernel``, chosen at ``rule`` (the nearest
+    tuned shape), with the times predicted for both at the shape. ``kernel`` is always a tuned kernel: the one
+    to run where cuBLAS is picked but cannot be loaded."""
 
     rule: TableRule
     kernel: str
     measured: str = ""  # the kernel of the rule's times it was chosen as: itself, or one built for whole tiles
+    kernel_ms: float | None = None  # its predicted time at the shape (its time at the rule, scaled by its work)
+    cublas_ms: float | None = None  # cuBLAS's predicted time at the shape; None where the rule has none
 
     def __post_init__(self):
         if not self.measured:
             object.__setattr__(self, "measured", self.kernel)
+
+    @property
+    def cublas(self) -> bool:
+        """Whether the shape goes to cuBLAS: the kernel's predicted time is more than cuBLAS's."""
+        return self.cublas_ms is not None and self.kernel_ms is not None and self.kernel_ms > self.cublas_ms
+
+    @property
+    def ratio_to_cublas(self) -> float | None:
+        """cuBLAS's predicted time over the kernel's (below 1: the kernel is predicted slower than cuBLAS)."""
+        return self.cublas_ms / self.kernel_ms if self.cublas_ms is not None and self.kernel_ms else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +229,12 @@ class DtypeTable:
         return f"{self.short_name(whole)}-any" if whole else name
 
     def served(self, name: str) -> int:
-        """How many rules have ``name`` as their kernel."""
+        """How many rules have ``name`` as their kernel (those that go to cuBLAS too)."""
         return sum(1 for rule in self.rules if rule.kernel == name)
+
+    def goes_to_cublas(self, rule: TableRule) -> bool:
+        """Whether the table picks cuBLAS at ``rule``'s own shape (its kernel was slower than cuBLAS there)."""
+        return bool(self.rules) and self._choose(*rule.shape).cublas
 
     def served_sizes(self) -> dict[str, tuple[int, int]]:
         """Per size (M, N, K), the least and greatest the rules serve (see :meth:`outside`)."""
@@ -232,20 +253,28 @@ class DtypeTable:
         return None
 
     def pick(self, m: int, n: int, k: int) -> TablePick | None:
-        """The kernel for ``m x n x k``, chosen at the nearest tuned shape (see SELECTION_RULE)."""
+        """The kernel for ``m x n x k``, or cuBLAS, chosen at the nearest tuned shape (see SELECTION_RULE);
+        None where the table has no rules."""
         if not self.rules:
             return None
+        pick = self._choose(m, n, k)
+        measured = self.kernel(pick.measured)
+        if measured.launch.serves_shape(m, n, k):
+            return pick
+        # built for whole tiles, say, and these are partial: its build for any shape
+        return dataclasses.replace(pick, kernel=measured.any_shape)
+
+    def _choose(self, m: int, n: int, k: int) -> TablePick:
+        """The pick of the rules' kernels (maybe one built for some shapes only) or cuBLAS, with their times."""
         rule = nearest(self.rules, (m, n, k), lambda r: (r.m, r.n, r.k))
         contracts = {kernel.name: kernel.launch for kernel in self.kernels}
 
         def work(name: str, at: tuple[int, int, int]) -> int:
             return contracts[name].work(*at, self.sms)
 
-        measured = self.kernel(fastest(rule.times, work, (rule.m, rule.n, rule.k), (m, n, k)))
-        chosen = measured
-        if not measured.launch.serves_shape(m, n, k):  # built for whole tiles, say: its build for any shape
-            chosen = self.kernel(measured.any_shape)  # type: ignore[arg-type]
-        return TablePick(rule, chosen.name, measured.name)
+        name, kernel_ms = fastest(rule.times, work, rule.shape, (m, n, k))
+        cublas_ms = cublas_ms_at(rule.cublas_ms, rule.shape, (m, n, k)) if rule.cublas_ms else None
+        return TablePick(rule, name, name, kernel_ms, cublas_ms)
 
 
 def _check_bounded(kernel: TableKernel, domain: dict[str, tuple[int, int]], sms: int) -> None:

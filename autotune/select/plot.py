@@ -1,12 +1,12 @@
 """Plots of a selection table (PNG, matplotlib): how fast its picks are, and which kernel it picks where.
 
-* ``throughput``: TFLOP/s of the table's pick, the tuned best and cuBLAS at every
-  training and held-out shape; shapes on the x axis grouped by (N, K) layer and
-  ordered by M within a layer, log y; held-out shapes shaded.
+* ``throughput``: TFLOP/s of the table's pick (cuBLAS's where it picks cuBLAS), the
+  tuned best and cuBLAS at every training and held-out shape; shapes on the x axis
+  grouped by (N, K) layer and ordered by M within a layer, log y; held-out shapes shaded.
 * ``kernel_map``: the kernel the table picks for M from 1 to 16384 (log x) on each
   (N, K) layer, one colour per kernel the rules choose among (a kernel built for whole
-  tiles shares its colour with its build for any shape, launched where tiles are partial);
-  training shapes are dots, held-out ones crosses.
+  tiles shares its colour with its build for any shape, launched where tiles are partial)
+  and grey where it picks cuBLAS; training shapes are dots, held-out ones crosses.
 
 matplotlib is an optional extra: ``pip install autotune[plot]``.
 """
@@ -68,13 +68,14 @@ def by_layer(shapes: Sequence[Shape]) -> list[Shape]:
 
 def throughput(plt, selection: Selection, report: Sequence[HeldOut], held: Sequence[Shape], title: str):
     """TFLOP/s of the pick, the tuned best and cuBLAS per shape (log y); held-out shapes shaded."""
-    rules = {rule.shape: rule for rule in selection.table.rules}
+    table = selection.table
+    rule_ms = {rule.shape: rule.cublas_ms if table.goes_to_cublas(rule) else rule.ms for rule in table.rules}
     picks = {(h.problem.m, h.problem.n, h.problem.k): h.pick_ms for h in report}
     shapes = by_layer(list(selection.training) + list(held))
     pick, best, cublas = [], [], []
     for shape in shapes:
         measured = selection.results.shapes.get(shape)
-        pick_ms = picks.get(shape) if shape in picks else (rules[shape].ms if shape in rules else None)
+        pick_ms = picks.get(shape) if shape in picks else rule_ms.get(shape)
         pick.append(_tflops(shape, pick_ms))
         best.append(_tflops(shape, measured.best_ms if measured else None))
         cublas.append(_tflops(shape, measured.cublas_ms if measured else None))
@@ -109,13 +110,13 @@ def kernel_map(plt, selection: Selection, report: Sequence[HeldOut], held: Seque
     edges = np.geomspace(M_RANGE[0], M_RANGE[1], MAP_POINTS + 1)
     centres = np.sqrt(edges[:-1] * edges[1:])
     names = [kernel.name for kernel in table.chosen]
+    picks = [[table.pick(max(1, int(round(m))), n, k) for m in centres] for n, k in layers]
     # a build for any shape takes the colour of the kernel it stands for (the one measured at the rule)
-    grid = np.array([[names.index(table.pick(max(1, int(round(m))), n, k).measured) for m in centres]
-                     for n, k in layers])
-    colours = plt.get_cmap("tab20" if len(names) > 10 else "tab10").colors[:len(names)]
+    grid = np.array([[len(names) if pick.cublas else names.index(pick.measured) for pick in row] for row in picks])
+    colours = [*plt.get_cmap("tab20" if len(names) > 10 else "tab10").colors[:len(names)], "0.75"]
     figure, axes = plt.subplots(figsize=(10, 1.2 + 0.5 * len(layers)))
     axes.pcolormesh(edges, np.arange(len(layers) + 1) - 0.5, grid, cmap=ListedColormap(colours),
-                    vmin=-0.5, vmax=len(names) - 0.5, shading="flat")
+                    vmin=-0.5, vmax=len(names) + 0.5, shading="flat")
     for shape in selection.training:
         axes.plot(shape[0], layers.index((shape[1], shape[2])), "o", color="black", markersize=4)
     for shape in held:
@@ -128,6 +129,7 @@ def kernel_map(plt, selection: Selection, report: Sequence[HeldOut], held: Seque
     axes.set_title(f"{title}: the table's kernel by M and (N, K) (dots: training shapes, crosses: held out)")
     handles = [Patch(color=colours[i], label=f"{table.short_name(name)} ({table.served(name)} rules)")
                for i, name in enumerate(names)]
+    handles.append(Patch(color=colours[-1], label="cuBLAS (predicted faster)"))
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     return figure
 

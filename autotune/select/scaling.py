@@ -14,6 +14,18 @@ work, is least (:func:`fastest`). Families name their k-slice ``BK`` and their
 split ``SPLIT_K`` (a family without one counts it as 1), or give a block's k-tiles
 themselves as ``[launch] k_tiles`` (a persistent kernel's blocks walk several tiles); a launch
 contract computes its work (:meth:`autotune.kernel.contract.LaunchContract.work`).
+
+cuBLAS is a candidate too, wherever its time was measured at the tuned shape
+(:func:`cublas_ms_at`). It has no launch contract: it chooses its own kernel per
+shape (tile, split-K, stream-K), so it follows no fixed grid's steps. Its time is
+carried at the throughput measured there, in proportion to the product
+``m * n * k`` (the flops). That is how a kernel's work grows too once it fills
+the GPU many times over, so between large shapes the comparison is the measured
+ratio, and where a kernel's grid takes a step (a wave barely filled) cuBLAS,
+which has no such step, wins. Where both are bound by memory (a few rows of A)
+cuBLAS's time changes less than ``m * n * k`` (its true change lies between 1
+and that ratio): a shape smaller than the tuned one then leans to cuBLAS, a
+larger one to the kernel, the closer the nearer the tuned shape.
 """
 
 from __future__ import annotations
@@ -21,15 +33,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 Shape = tuple[int, int, int]
+
+
 def scaled_ms(ms: float, work_there: int, work_here: int) -> float:
     """A time measured where the busiest SM did ``work_there``, carried to where it does ``work_here``
     (computed as ``ms * work_here / work_there``, left to right, as the C library does)."""
     return ms * work_here / work_there
 
 
-def fastest(times: Iterable[tuple[str, float]], work: Callable[[str, Shape], int], there: Shape, here: Shape) -> str:
+def volume(shape: Shape) -> float:
+    """``m * n * k`` as a double, multiplied left to right (as the C library computes it)."""
+    m, n, k = shape
+    return float(m) * n * k
+
+
+def cublas_ms_at(ms: float, there: Shape, here: Shape) -> float:
+    """cuBLAS's time measured at shape ``there`` carried to ``here``: in proportion to ``m * n * k``
+    (``ms * volume(here) / volume(there)``, left to right; see the module docstring for why)."""
+    return ms * volume(here) / volume(there)
+
+
+def fastest(times: Iterable[tuple[str, float]], work: Callable[[str, Shape], int], there: Shape,
+            here: Shape) -> tuple[str, float]:
     """Of ``times`` (kernel, ms measured at shape ``there``, fastest first), the kernel whose time scaled from
-    ``there`` to ``here`` is least; a tie goes to the earlier one."""
+    ``there`` to ``here`` is least, and that time; a tie goes to the earlier one."""
     best, best_ms = None, 0.0
     for kernel, ms in times:
         predicted = scaled_ms(ms, work(kernel, there), work(kernel, here))
@@ -37,4 +64,4 @@ def fastest(times: Iterable[tuple[str, float]], work: Callable[[str, Shape], int
             best, best_ms = kernel, predicted
     if best is None:
         raise ValueError("no kernel was measured at the tuned shape")
-    return best
+    return best, best_ms

@@ -6,7 +6,8 @@ measured times (:mod:`autotune.select.cover`); each training shape's rule holds
 the chosen kernels measured there, fastest first. Which kernel a shape gets is
 the table's rule (:meth:`DtypeTable.pick`): the nearest training shape's kernel
 whose time there, scaled by how its busiest SM's work changes between the two
-shapes (:mod:`autotune.select.scaling`), is least.
+shapes (:mod:`autotune.select.scaling`), is least; or cuBLAS, where that time is
+more than cuBLAS's there carried in proportion to ``m * n * k``.
 
 Only measurements of a GPU's own architecture count: results filed under a known
 GPU key with another architecture are left out (:func:`ignored_environments` says
@@ -14,7 +15,8 @@ which). No time that is not a positive finite number enters a table.
 
 Its quality is measured, not assumed: on held-out shapes (never used to build
 the table), or, without any, by leaving each training shape out in turn and
-building the table from the others. A pick counts only where it was measured.
+building the table from the others. A pick counts only where it was measured;
+a cuBLAS pick's time is cuBLAS's time there.
 """
 
 from __future__ import annotations
@@ -198,19 +200,26 @@ def _table_kernel_of(name: str, family: str, params: tuple[tuple[str, int], ...]
     return kernel if kernel.name == name else None
 
 
+CUBLAS = "cublas"  # the name a pick of cuBLAS goes by where a kernel's name would stand
+
+
 @dataclasses.dataclass(frozen=True)
 class HeldOut:
     """The table's pick for a shape it was not built from, and what was measured there."""
 
     problem: GemmProblem
     picked_from: GemmProblem | None  # the training shape whose rule it took; None: the table is empty
-    kernel: TableKernel | None
-    pick_ms: float | None  # the pick's time there; None when it was not measured there
+    kernel: TableKernel | None  # the tuned kernel picked (where cuBLAS is picked: the one it stands in for)
+    pick_ms: float | None  # the pick's time there (cuBLAS's, for a cuBLAS pick); None when not measured there
     best_ms: float | None  # the tuned best there; None when nothing was measured there
     cublas_ms: float | None
+    cublas: bool = False  # the table picks cuBLAS here
 
     @property
     def config_name(self) -> str | None:
+        """The picked kernel's name, ``cublas`` for a cuBLAS pick, None where the table picks nothing."""
+        if self.cublas:
+            return CUBLAS
         return self.kernel.name if self.kernel else None
 
     @property
@@ -251,9 +260,10 @@ def _held_out(table: DtypeTable, results: Results, problem: GemmProblem, measure
     if pick is None:
         return HeldOut(problem, None, None, None, measured.best_ms if measured else None,
                        measured.cublas_ms if measured else None)
-    return HeldOut(problem, results.shapes[pick.rule.shape].problem, table.kernel(pick.kernel),
-                   measured.ms.get(pick.kernel) if measured else None, measured.best_ms if measured else None,
-                   measured.cublas_ms if measured else None)
+    cublas_ms = measured.cublas_ms if measured else None
+    pick_ms = cublas_ms if pick.cublas else measured.ms.get(pick.kernel) if measured else None
+    return HeldOut(problem, results.shapes[pick.rule.shape].problem, table.kernel(pick.kernel), pick_ms,
+                   measured.best_ms if measured else None, cublas_ms, pick.cublas)
 
 
 @dataclasses.dataclass(frozen=True)

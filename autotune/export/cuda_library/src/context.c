@@ -13,6 +13,7 @@ struct autotune_context {
     autotune_status status; /* AUTOTUNE_ERROR_WRONG_ARCH for a device of another architecture */
     int major, minor;       /* the device's compute capability */
     CUfunction* functions;  /* per kernel; NULL until loaded */
+    autotune_cublas_slot cublas;
     autotune_context* next;
 };
 
@@ -38,7 +39,7 @@ static autotune_context* make_context(const autotune_driver* driver, unsigned lo
     }
     autotune_context* context = calloc(1, sizeof *context);
     CUfunction* functions = calloc((size_t)autotune_gemm_kernel_count + 1, sizeof *functions);
-    if (context == NULL || functions == NULL) {
+    if (context == NULL || functions == NULL || pthread_mutex_init(&context->cublas.lock, NULL) != 0) {
         free(context);
         free(functions);
         *status = autotune_gemm_fail(AUTOTUNE_ERROR_CUDA, "out of host memory for the state of a CUDA context");
@@ -101,6 +102,8 @@ autotune_context* autotune_gemm_context(const autotune_driver* driver, autotune_
 }
 
 int autotune_gemm_context_device(const autotune_context* context) { return context->device; }
+
+autotune_cublas_slot* autotune_gemm_context_cublas(autotune_context* context) { return &context->cublas; }
 
 /* Load kernel `index` into the current context; called with the lock held. */
 static CUfunction load_function(const autotune_driver* driver, int index, autotune_status* status) {

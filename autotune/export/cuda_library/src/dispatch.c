@@ -53,7 +53,11 @@ static int64_t work(const autotune_kernel* kernel, int sms, int64_t m, int64_t n
     return (blocks + sms - 1) / sms * kernel->k_tiles(m, n, k);
 }
 
-int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
+/* m * n * k as a double, multiplied left to right: autotune.select.scaling.volume. */
+static double volume(int m, int n, int k) { return (double)m * (double)n * (double)k; }
+
+int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas) {
+    *cublas = 0;
     const autotune_rule* rule = nearest_rule(table, m, n, k);
     if (rule == NULL)
         return -1;
@@ -69,6 +73,9 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k) {
             best_ms = predicted;
         }
     }
+    /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * volume here / volume there, left to right */
+    if (rule->cublas_ms > 0.0)
+        *cublas = best_ms > rule->cublas_ms * volume(m, n, k) / volume(rule->m, rule->n, rule->k);
     if (!autotune_gemm_kernels[best].serves(m, n, k)) /* built for whole tiles, say: its build for any shape */
         best = autotune_gemm_kernels[best].any_shape;
     return best;

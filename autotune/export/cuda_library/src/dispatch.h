@@ -4,12 +4,15 @@
 
 #include "table.h"
 
-/* The kernel (index into autotune_gemm_kernels) for m x n x k, -1 where the dtype has no rules. It is
-   chosen at the tuned shape nearest to m x n x k (the least |log m - log m'| + |log n - log n'| +
-   |log k - log k'| rounded to 9 decimals, a tie going to the larger tuned shape, then to the earlier
-   rule): of the kernels measured there, the least ms * work(m x n x k) / work(there), a tie going to
-   the faster there, where work is the busiest SM's k-tiles, cdiv(blocks, sms) * k-tiles per block. */
-int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k);
+/* The kernel (index into autotune_gemm_kernels) for m x n x k, -1 where the dtype has no rules; *cublas
+   is set to 1 where the table picks cuBLAS instead, else 0. It is chosen at the tuned shape nearest to
+   m x n x k (the least |log m - log m'| + |log n - log n'| + |log k - log k'| rounded to 9 decimals, a
+   tie going to the larger tuned shape, then to the earlier rule): of the kernels measured there, the
+   least ms * work(m x n x k) / work(there), a tie going to the faster there, where work is the busiest
+   SM's k-tiles, cdiv(blocks, sms) * k-tiles per block; and cuBLAS where that least time is more than
+   cuBLAS's time there times (m * n * k) / (m' * n' * k') (autotune.select.scaling.cublas_ms_at). The
+   kernel returned is the one to run where cuBLAS cannot be. */
+int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas);
 
 /* Sizes the table was tuned for, per axis: from ceil(smallest tuned / AUTOTUNE_TUNED_RANGE_FACTOR) to
    largest tuned * AUTOTUNE_TUNED_RANGE_FACTOR. 0 when m, n and k are all inside; else 1, 2 or 3 for the

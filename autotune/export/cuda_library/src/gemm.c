@@ -1,9 +1,11 @@
-/* The public functions: check the call, pick the kernel (chosen at the nearest tuned shape), launch it. */
+/* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape), and
+   run cuBLAS where it is picked and loads, else launch the kernel. */
 #include <string.h>
 
 #include "autotune_gemm.h"
 #include "call.h"
 #include "context.h"
+#include "cublas.h"
 #include "dispatch.h"
 #include "driver.h"
 #include "error.h"
@@ -32,7 +34,15 @@ static autotune_status gemm(const char* function, autotune_call call) {
         return status;
     if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
         return status;
-    int kernel = autotune_gemm_pick(call.table, call.m, call.n, call.k);
+    int cublas = 0;
+    int kernel = autotune_gemm_pick(call.table, call.m, call.n, call.k, &cublas);
+    const autotune_cublas* library = cublas ? autotune_gemm_cublas() : NULL;
+    if (library != NULL) {
+        int ran = 0;
+        status = autotune_gemm_cublas_gemm(library, context, &call, &ran);
+        if (ran || status != AUTOTUNE_SUCCESS)
+            return status;
+    }
     CUfunction loaded = autotune_gemm_function(driver, context, kernel, &status);
     if (loaded == NULL)
         return status;
@@ -79,7 +89,11 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
 
 const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
     const autotune_dtype_table* table = queried_table(dtype, m, n, k);
-    return table ? autotune_gemm_kernels[autotune_gemm_pick(table, m, n, k)].name : NULL;
+    if (table == NULL)
+        return NULL;
+    int cublas = 0;
+    int kernel = autotune_gemm_pick(table, m, n, k, &cublas);
+    return cublas && autotune_gemm_cublas() != NULL ? AUTOTUNE_GEMM_CUBLAS_NAME : autotune_gemm_kernels[kernel].name;
 }
 
 int autotune_in_tuned_range(const char* dtype, int m, int n, int k) {

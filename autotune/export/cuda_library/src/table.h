@@ -36,12 +36,13 @@ typedef struct autotune_kernel_time {
     double ms;
 } autotune_kernel_time;
 
-/* A tuned shape and the table's kernels measured there, fastest first. */
+/* A tuned shape, the table's kernels measured there (fastest first) and cuBLAS's time there. */
 typedef struct autotune_rule {
     int m, n, k;
     int volume_rank; /* order of m * n * k among the dtype's rules (equal volumes, equal ranks) */
     int time_count;  /* >= 1 */
     const autotune_kernel_time* times;
+    double cublas_ms; /* 0: cuBLAS was not measured there (no cuBLAS pick from this rule) */
 } autotune_rule;
 
 typedef struct autotune_dtype_table {

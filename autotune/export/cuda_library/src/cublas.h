@@ -1,0 +1,53 @@
+/* cuBLAS, loaded at run time where it is installed: what a call runs where the table predicts the tuned
+   kernel slower than cuBLAS. The few cuBLAS types and functions the library calls are declared here
+   (values from cublas_api.h and library_types.h), so it builds without cuBLAS headers and links no cuBLAS. */
+#ifndef AUTOTUNE_GEMM_CUBLAS_H
+#define AUTOTUNE_GEMM_CUBLAS_H
+
+#include "call.h"
+#include "context.h"
+
+typedef int cublasStatus_t;
+typedef struct cublasContext* cublasHandle_t;
+
+enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_OP_N = 0,           /* cublasOperation_t */
+    CUDA_R_32F = 0,            /* cudaDataType */
+    CUDA_R_16F = 2,
+    CUBLAS_COMPUTE_32F = 68,   /* cublasComputeType_t: fp32 accumulation, no TF32 */
+    CUBLAS_GEMM_DEFAULT = -1   /* cublasGemmAlgo_t */
+};
+
+/* The cuBLAS functions the library calls (the _v2 symbols that cublas_v2.h names). */
+typedef struct autotune_cublas {
+    const char* library; /* the file loaded, e.g. "libcublas.so.12" */
+    cublasStatus_t (*cublasCreate)(cublasHandle_t* handle);
+    cublasStatus_t (*cublasSetStream)(cublasHandle_t handle, CUstream stream);
+    cublasStatus_t (*cublasSgemm)(cublasHandle_t handle, int transa, int transb, int m, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* B, int ldb,
+                                  const float* beta, float* C, int ldc);
+    cublasStatus_t (*cublasGemmEx)(cublasHandle_t handle, int transa, int transb, int m, int n, int k,
+                                   const void* alpha, const void* A, int a_type, int lda, const void* B, int b_type,
+                                   int ldb, const void* beta, void* C, int c_type, int ldc, int compute_type,
+                                   int algo);
+} autotune_cublas;
+
+/* The environment variable that chooses the cuBLAS library: unset or empty, the first of
+   AUTOTUNE_GEMM_CUBLAS_LIBRARIES that loads with these functions; "off" (or "0"), none; anything else,
+   that file (a name dlopen searches for, or a path) and no other. */
+#define AUTOTUNE_GEMM_CUBLAS_VARIABLE "AUTOTUNE_GEMM_CUBLAS"
+#define AUTOTUNE_GEMM_CUBLAS_LIBRARIES {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}
+
+/* cuBLAS, loaded once (thread-safe); NULL where it cannot be (not installed, turned off, or a library
+   without these functions). Sets no message: where it is NULL, calls run the tuned kernel. */
+const autotune_cublas* autotune_gemm_cublas(void);
+
+/* The call's C = alpha * A @ B + beta * C by cuBLAS on the call's stream, through the context's handle
+   (made on the context's first cuBLAS call). Row-major C is column-major C^T = B^T A^T, so cuBLAS gets
+   B before A with m and n swapped. *ran is 0 where the context has no handle (cublasCreate failed in it):
+   then nothing was enqueued and the caller runs the tuned kernel; a failing GEMM is AUTOTUNE_ERROR_CUDA. */
+autotune_status autotune_gemm_cublas_gemm(const autotune_cublas* cublas, autotune_context* context,
+                                          const autotune_call* call, int* ran);
+
+#endif
