@@ -1,26 +1,104 @@
-"""Arguments and checks shared by the ``autotune`` commands."""
+"""Arguments and checks shared by the ``autotune`` commands.
+
+Every numeric option is parsed by :class:`Integer` or :class:`Seconds`: a finite
+value in a sane range, or one line naming the option and the range.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import sys
+from collections.abc import Sequence
 
+from autotune.cli.text import printable
 from autotune.errors import DatabaseError, GpuMismatchError, InputError
 from autotune.gpu_specs import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
 from autotune.problem import DTYPES
 from autotune.records import Environment
-from autotune.results.urls import without_secrets
+from autotune.results.urls import database_url, shown_url, without_secrets
 from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
 from autotune.space.survey import survey
 
 EXIT_USAGE = 2
+# Sane ranges of the numeric options.
+MAX_ROWS = 100_000  # query --limit, results --per-problem
+MAX_TRIALS = 1_000_000  # search and sweep --trials
+MAX_REPEATS = 10_000  # timed launches per candidate or rung
+MAX_JOBS = 1024  # compile processes
+MAX_DEVICES = 1024  # CUDA device indexes and GPU workers
+MAX_SEED = 2**32 - 1
+MAX_KERNELS = 256  # table --max-kernels
+MAX_SECONDS = 10_000_000.0  # --timeout: about 16 weeks
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line and exit code 2."""
+    """argparse that reports a bad argument as one line and exit code 2, with any password of a database
+    URL among the arguments masked and control characters escaped."""
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"autotune: error: {message}\n")
+        for given in self._given:
+            message = without_secrets(message, given)
+        self.exit(EXIT_USAGE, f"autotune: error: {printable(shown_url(message))}\n")
+
+
+class Integer(argparse.Action):
+    """A numeric option's value: an integer from ``least`` to ``most`` (``add_argument(..., action=Integer,
+    least=1, most=MAX_TRIALS)``); anything else is one line naming the option and the range."""
+
+    def __init__(self, option_strings, dest, *, least: int, most: int, **kwargs):
+        self.least, self.most = least, most
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, self.parse(option_string or self.dest, values))
+
+    def parse(self, option: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not self.least <= value <= self.most:
+            raise argparse.ArgumentError(None, str(InputError(option, _clipped(text) if value is None else value,
+                                                              self.valid)))
+        return value
+
+    @property
+    def valid(self) -> str:
+        if self.least in (0, 1):
+            return f"an integer {'>' if self.least else '>='} 0 (at most {self.most})"
+        return f"an integer from {self.least} to {self.most}"
+
+
+class Seconds(argparse.Action):
+    """A duration option's value: seconds, a finite number > 0 and at most ``most`` (default
+    :data:`MAX_SECONDS`); anything else (``nan``, ``inf``, ``0``) is one line naming the option."""
+
+    def __init__(self, option_strings, dest, *, most: float = MAX_SECONDS, **kwargs):
+        self.most = most
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        option = option_string or self.dest
+        try:
+            value = float(values)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not 0 < value <= self.most:
+            raise argparse.ArgumentError(None, str(InputError(option, _clipped(values) if value is None else value,
+                                                              f"a number of seconds > 0 (at most {self.most:g})")))
+        setattr(namespace, self.dest, value)
+
+
+def _clipped(text: str, length: int = 40) -> str:
+    return text if len(text) <= length else text[:length - 3] + "..."
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, gpu_required: bool = True) -> None:
@@ -35,7 +113,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, 
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
+    parser.add_argument("--db", help="the results database: a SQLAlchemy URL (postgresql://user@host/db) or a "
+                                     "SQLite file path (default: $AUTOTUNE_DB, else see README)")
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -104,19 +183,27 @@ def offline_gpu(name: str) -> GpuSpec:
 
 
 def require_positive(what: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:
         raise InputError(what, value, "a number > 0")
 
 
+def open_store(db: str | None, *, read_only: bool = False):
+    """The result store ``--db`` names: a URL, or a SQLite file path (as ``$AUTOTUNE_DB``); by default
+    :func:`autotune.results.default_url`. Its errors never show the URL's password.
 
-
-def open_store(url: str | None):
-    """The result store at ``url`` (by default :func:`autotune.results.default_url`); its errors never
-    show the URL's password."""
+    ``read_only``: for the commands that only read. Nothing is written, not even the default
+    database's folder: a database that does not exist yet reads as empty.
+    """
     from autotune.results import ResultStore, default_url
+    from autotune.results.store import default_path
 
-    url = url or default_url()
+    if db:
+        url = database_url(db)
+    else:
+        url = default_url(create_directory=not read_only)
+        if read_only and url == "sqlite:///" + str(default_path()) and not default_path().parent.is_dir():
+            return ResultStore.empty(url)
     try:
-        return ResultStore(url)
+        return ResultStore(url, read_only=read_only)
     except DatabaseError as error:
         raise DatabaseError(without_secrets(str(error), url)) from None

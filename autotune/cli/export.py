@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.text import printable
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
 from autotune.gpu_specs import GPUS, gpu_spec
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = gpu_spec(args.gpu).key if args.gpu else None
     if args.arch:
         spec_for_arch(args.arch)  # an unknown architecture is an error naming the known ones
-    store = shipped_store() if args.shipped else open_store(args.db)
+    store = shipped_store() if args.shipped else open_store(args.db, read_only=True)
     source = "the results shipped with autotune" if args.shipped else store.shown_url
     with store:
         table = dataclasses.replace(build_table(store, dtypes, gpu=gpu, arch=args.arch), source=source)
@@ -85,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
-    print(f"exported {fmt} for {table.scope} ({table.arch}; measured on {', '.join(table.measured_on)}) "
-          f"from {table.source} to {out}")
+    print(printable(f"exported {fmt} for {table.scope} ({table.arch}; measured on {', '.join(table.measured_on)}) "
+                    f"from {table.source} to {out}"))
     rows = []
     for dtype, dtype_table in table.dtypes.items():
         for rule in dtype_table.rules:
@@ -94,4 +95,4 @@ def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
             rows.append([dtype, f"{rule.m}x{rule.n}x{rule.k}", rule.kernel, rule.ms,
                          f"{ratio:.3f}x" if ratio else "-"])
     print(text_table(["dtype", "tuned shape", "kernel", "ms", "vs cuBLAS"], rows))
-    print(f"{len(written)} files written, e.g. {written[0]}")
+    print(printable(f"{len(written)} files written, e.g. {written[0]}"))
