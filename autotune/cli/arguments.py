@@ -46,6 +46,8 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         for given in self._given:
             message = without_secrets(message, given)
+            if given.startswith("-") and "=" in given:  # --db=URL
+                message = without_secrets(message, given.partition("=")[2])
         self.exit(EXIT_USAGE, f"autotune: error: {printable(shown_url(message))}\n")
 
 

@@ -155,12 +155,13 @@ class ResultStore:
             raise DatabaseError(f"cannot open database '{shown_url(url)}': {_one_line(exc)}") from exc
         self._password = parsed.password
         self._shown = shown_url(parsed.render_as_string(hide_password=True))
+        self._engine = self._create_engine(parsed)  # connects to nothing yet: a missing file stays missing
+        if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
+            self.url = self._engine.url.render_as_string(hide_password=False)
         if read_only and _missing_sqlite_file(parsed):
+            self._engine.dispose()
             self._engine = _empty_engine()
         else:
-            self._engine = self._create_engine(parsed)
-            if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
-                self.url = self._engine.url.render_as_string(hide_password=False)
             try:
                 self._prepare_schema()
             except BaseException:
