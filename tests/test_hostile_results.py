@@ -412,7 +412,8 @@ def test_a_url_parameter_the_driver_cannot_take_is_one_line(tmp_path, read_only)
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (QUERY + ["--limit", "99999999999999999999"], "invalid --limit 99999999999999999999: expected an integer > 0"),
+    (QUERY + ["--limit", "99999999999999999999"], "invalid --limit 99999999999999999999: expected a number > 0 "
+                                               "(an integer, at most 100000)"),
     (QUERY + ["--limit", "0"], "invalid --limit 0"),
     (QUERY + ["--limit", "ten"], "invalid --limit 'ten'"),
     (["search", "--gpu", "h200", "--shape", "64", "--timeout", "nan"], "invalid --timeout nan: expected a number of "
@@ -422,8 +423,9 @@ def test_a_url_parameter_the_driver_cannot_take_is_one_line(tmp_path, read_only)
     (["search", "--gpu", "h200", "--shape", "64", "--repeats", "1e8"], "invalid --repeats '1e8'"),
     (["search", "--gpu", "h200", "--shape", "64", "--repeats", "100000000"], "invalid --repeats 100000000"),
     (["search", "--gpu", "h200", "--shape", "64", "--trials", "9" * 5000], "invalid --trials '9999"),
-    (["search", "--gpu", "h200", "--shape", "64", "--seed", "-1"], "invalid --seed -1: expected an integer >= 0"),
-    (["search", "--gpu", "h200", "--shape", "64", "--device", "-1"], "invalid --device -1"),
+    (["search", "--gpu", "h200", "--shape", "64", "--seed", "-1"], "invalid --seed -1: expected a number >= 0"),
+    (["search", "--gpu", "h200", "--shape", "64", "--device", "-1"], "invalid --device -1: expected a CUDA device "
+                                                                       "index >= 0"),
     (["search", "--gpu", "h200", "--shape", "64", "--jobs", "1000000"], "invalid --jobs 1000000"),
     (["search", "--gpu", "h200", "--shape", "64", "--workers", "0"], "invalid --workers 0"),
     (["sweep", "--gpu", "h200", "--shapes", "llm", "--top", "-1"], "invalid --top -1"),

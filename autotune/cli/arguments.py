@@ -53,10 +53,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 class Integer(argparse.Action):
     """A numeric option's value: an integer from ``least`` to ``most`` (``add_argument(..., action=Integer,
-    least=1, most=MAX_TRIALS)``); anything else is one line naming the option and the range."""
+    least=1, most=MAX_TRIALS)``); anything else is one line naming the option and the range, the value
+    called ``noun`` there."""
 
-    def __init__(self, option_strings, dest, *, least: int, most: int, **kwargs):
-        self.least, self.most = least, most
+    def __init__(self, option_strings, dest, *, least: int, most: int, noun: str = "a number", **kwargs):
+        self.least, self.most, self.noun = least, most, noun
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
@@ -75,8 +76,8 @@ class Integer(argparse.Action):
     @property
     def valid(self) -> str:
         if self.least in (0, 1):
-            return f"an integer {'>' if self.least else '>='} 0 (at most {self.most})"
-        return f"an integer from {self.least} to {self.most}"
+            return f"{self.noun} {'>' if self.least else '>='} 0 (an integer, at most {self.most})"
+        return f"{self.noun} from {self.least} to {self.most} (an integer)"
 
 
 class Seconds(argparse.Action):

@@ -54,7 +54,8 @@ def register(sub) -> None:
     search.add_argument("--seed", action=Integer, least=0, most=MAX_SEED, default=0, help="sampler and input seed (default 0)")
     search.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS, help="parallel compile processes (default: CPU count, at most 16)")
     search.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20, help="timed launches per candidate (default 20)")
-    search.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, default=0, help="CUDA device index of the (first) GPU (default 0)")
+    search.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                        default=0, help="CUDA device index of the (first) GPU (default 0)")
     search.add_argument("--workers", action=Integer, least=1, most=MAX_DEVICES, default=1,
                         help="GPU workers, one per device from --device on (default 1)")
     search.add_argument("--objective", default="time",

@@ -56,7 +56,8 @@ def register(sub) -> None:
     add_db_argument(sweep)
     add_backend_argument(sweep)
     sweep.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS, help="parallel compile processes (default: CPU count, at most 16)")
-    sweep.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, default=0, help="CUDA device index (default 0)")
+    sweep.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                       default=0, help="CUDA device index (default 0)")
     sweep.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
     sweep.set_defaults(run=run)
 

@@ -13,9 +13,10 @@ revision. A database that records a revision migrates through the revisions
 after it, one after another.
 
 A database that holds tables or views but neither autotune's nor Optuna's (on any
-backend) is not a results database: it is refused and left untouched. Another
-application's ``alembic_version`` table is Optuna's only beside Optuna's
-``version_info``. SQLite files that an autotune without transactional migrations
+backend) is not a results database: it is refused and left untouched. Optuna's
+tables are known by name; beside Optuna's ``version_info``, so are the
+``alembic_version`` table and the ``study_``/``trial_`` tables of other Optuna
+versions (without it, they are another application's). SQLite files that an autotune without transactional migrations
 left half-migrated (killed during the first open: tables created, revision not
 recorded) are repaired when the tables it left are empty.
 
@@ -54,6 +55,7 @@ OPTUNA_TABLES = frozenset({
     "trial_intermediate_values", "trial_params", "trial_system_attributes", "trial_user_attributes", "trial_values",
     "trials", "version_info"})
 OPTUNA_MARKER, ALEMBIC_DEFAULT = "version_info", "alembic_version"
+OPTUNA_PREFIXES = ("study_", "trial_")
 
 
 class State(enum.Enum):
@@ -208,10 +210,16 @@ def _views(connection: Connection) -> set[str]:
     return views
 
 
+def _is_optunas(name: str, names: set[str]) -> bool:
+    """Whether the table ``name`` is Optuna's, in a database holding ``names``."""
+    if name in OPTUNA_TABLES:
+        return True
+    return OPTUNA_MARKER in names and (name == ALEMBIC_DEFAULT or name.startswith(OPTUNA_PREFIXES))
+
+
 def _refuse_foreign(names: set[str], shown: str) -> None:
     """Refuse a database holding tables or views (``names``) that are neither autotune's nor Optuna's."""
-    optuna = OPTUNA_TABLES | ({ALEMBIC_DEFAULT} if OPTUNA_MARKER in names else set())
-    foreign = sorted(name for name in names if name not in Base.metadata.tables and name not in optuna)
+    foreign = sorted(name for name in names if name not in Base.metadata.tables and not _is_optunas(name, names))
     if foreign:
         listed = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise DatabaseError(f"cannot open database '{shown}': not an autotune results database (it holds other "
