@@ -149,6 +149,7 @@ def test_optunas_own_alembic_version_is_optunas(tmp_path):
 @pytest.mark.parametrize("command", [
     QUERY, ["query", "--gpu", "h200", "--shape", "512", "--objective", "energy"], ["table", "--gpu", "h200"],
     ["results", "export", "--gpu", "h200"], ["export", "--gpu", "h200", "--format", "json", "--out", "{out}"],
+    ["plot", "--gpu", "h200", "--out", "{out}"],
 ])
 def test_reading_commands_never_create_a_database(tmp_path, capsys, monkeypatch, command):
     monkeypatch.delenv("AUTOTUNE_DB", raising=False)
@@ -158,6 +159,9 @@ def test_reading_commands_never_create_a_database(tmp_path, capsys, monkeypatch,
         code, out, err = run(capsys, *args, *db)
         if command[0] == "export":
             assert code == 2 and "results import --shipped" in err, err
+        elif command[0] == "plot":
+            pytest.importorskip("matplotlib")
+            assert code == 2 and "nothing to plot" in err, err
         else:
             assert code == 0, err
             assert "no " in out + err or out.strip() in ("[]", "")
