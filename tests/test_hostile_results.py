@@ -102,15 +102,15 @@ def test_a_fake_gpus_results_keep_the_real_gpus_arch_number(tmp_path):
     assert tuned.read(crafted)[0].environment.arch == "sm_86"
 
 
-def test_a_stored_row_that_retargets_a_known_gpu_is_refused_at_load(tmp_path, capsys):
+def test_a_stored_environment_that_is_not_text_is_refused_at_load(tmp_path, capsys):
     path = tmp_path / "r.db"
     url = filled(path)
-    plant(path, "UPDATE environments SET arch = 'sm_75' WHERE gpu_key = 'h200'")
+    plant(path, "UPDATE environments SET gpu_name = ''")
     with ResultStore(url) as store, pytest.raises(DatabaseError) as info:
         store.gpus()
-    assert "environments row 1: invalid arch 'sm_75': expected sm_90 (the arch of gpu_key h200)" in str(info.value)
+    assert "environments row 1: invalid gpu_name '': expected a non-empty string" in str(info.value)
     assert_one_line(run(capsys, "export", "--gpu", "h200", "--format", "json", "--out", str(tmp_path / "out"),
-                        "--db", url), "environments row 1", "arch", "'sm_75'")
+                        "--db", url), "environments row 1", "gpu_name")
     assert not (tmp_path / "out").exists()
 
 

@@ -5,9 +5,10 @@ measurements, failures and energy windows by their fingerprints, so writing an
 entry twice stores it once.
 
 Rows are checked as they are read: a value autotune never writes (an infinite
-time, a ``params_json`` that is not an object of integers, an H200 of sm_75), put
-there by hand or by another program, raises :class:`BadRow`, which names the
-table, the row id and the field.
+time, a ``params_json`` that is not an object of integers), put there by hand or
+by another program, raises :class:`BadRow`, which names the table, the row id and
+the field. (Results filed under a known GPU key but measured as another
+architecture are the selection's to leave out: :mod:`autotune.select`.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from sqlalchemy.orm import Session
 
 from autotune import records
 from autotune.errors import DatabaseError, FailureClass, InputError
-from autotune.gpu_specs import expected_archs
 from autotune.problem import DTYPES, INT32_MAX, LAYOUTS, GemmProblem
 from autotune.results import fingerprint
 from autotune.results.entries import EnergyEntry, FailureEntry, KernelRef, MeasurementEntry
@@ -248,14 +248,10 @@ def failure_entry(row: Failure, environment: Environment, problem: Problem, kern
 
 
 def environment_record(row: Environment) -> records.Environment:
-    """The environment of a stored row: every field a non-empty string, and the arch of a known GPU
-    key that GPU's (:class:`BadRow` otherwise)."""
+    """The environment of a stored row: every field a non-empty string (:class:`BadRow` otherwise)."""
     checked = _Checked(row)
-    values = {field.name: checked.text(field.name, empty=False) for field in dataclasses.fields(records.Environment)}
-    archs = expected_archs(values["gpu_key"])
-    if archs is not None and values["arch"] not in archs:
-        checked.fail("arch", f"{' or '.join(archs)} (the arch of gpu_key {values['gpu_key']})")
-    return records.Environment(**values)
+    return records.Environment(**{field.name: checked.text(field.name, empty=False)
+                                  for field in dataclasses.fields(records.Environment)})
 
 
 def gemm_problem(row: Problem) -> GemmProblem:
