@@ -2,12 +2,15 @@
 
 They sit at the top of the source tree (``templates/``, ``search_spaces/``, ``tuned_db/``) and
 are installed inside the package (``autotune/templates/``, ...) by a wheel:
-one source of truth, found in either place.
+one source of truth, found in either place. ``tuned_db/`` holds one file per GPU,
+``<gpu key>.jsonl`` (``h200.jsonl``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from autotune.gpu_specs import GPUS
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -18,3 +21,9 @@ def data_dir(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(f"autotune data directory {name!r} not found next to {_PACKAGE}")
+
+
+def shipped_results() -> list[Path]:
+    """The tuned-results files that ship with autotune: ``tuned_db/<gpu key>.jsonl`` of each GPU that has one."""
+    folder = data_dir("tuned_db")
+    return [folder / f"{key}.jsonl" for key in GPUS if (folder / f"{key}.jsonl").is_file()]

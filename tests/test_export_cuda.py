@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError
+from autotune.export.compile import compile_table
 from autotune.export.cuda import write_library
 from autotune.kernel_abi import (
     _DATA_TYPES,
@@ -36,15 +37,8 @@ from autotune.kernel_abi import (
     fits_tma,
 )
 from autotune.problem import GemmProblem
-from autotune.select.kernel_table import (
-    DtypeTable,
-    KernelTable,
-    TableError,
-    TableRule,
-    spec_for_arch,
-    table_kernel,
-    with_builds_for_any_shape,
-)
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch
+from autotune.select.selection import table_kernel, with_builds_for_any_shape
 from autotune.space.family import load_space
 
 FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
@@ -95,8 +89,8 @@ def _table(with_f16: bool = True) -> KernelTable:
         dtypes["f16"] = DtypeTable((plain, cluster, tma), (
             _rule(1024, 1024, 1024, plain, [tma]), _rule(4096, 4096, 4096, cluster, [plain, tma]),
             _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms)
-    return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
-                       created_at="2026-12-01T00:00:00+00:00", source="tests").compiled()
+    return compile_table(KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
+                                     created_at="2026-12-01T00:00:00+00:00", source="tests"))
 
 
 def _run(*command, **kwargs) -> subprocess.CompletedProcess:

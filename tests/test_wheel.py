@@ -65,6 +65,6 @@ def test_the_installed_package_carries_the_shipped_results(installed):
     exported = run([str(bin_dir / "autotune"), "export", "--gpu", "h200", "--shipped", "--format", "python",
                     "--dtype", "f32", "--out", "table"], outside, env).stdout
     assert "exported python for h200" in exported
-    loaded = run([str(bin_dir / "python"), "-c", "import autotune; t = autotune.load('table/autotune_kernels_h200.json'); "
+    loaded = run([str(bin_dir / "python"), "-c", "import autotune; t = autotune.load('table/autotune_table_h200_with_cubins.json'); "
                   "print(t.arch, len(t.dtypes['f32'].kernels))"], outside, env).stdout
     assert loaded.startswith("sm_90 ")

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy
 
+from autotune.export.compile import compile_table_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
-from autotune.select.kernel_table import TableKernel, compile_table_kernel
+from autotune.select.kernel_table import TableKernel
 
 SMEM_DEFAULT_LIMIT = 48 * 1024
 
