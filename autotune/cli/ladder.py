@@ -10,14 +10,13 @@ from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
-    attached_gpu_spec,
-    open_store,
     requested_gpu,
     require_positive,
 )
 from autotune.cli.text import ratio_text, table
 from autotune.problem import make_problem
 from autotune.records import Measurement
+from autotune.search.start import GpuRequest
 
 
 def register(sub) -> None:
@@ -27,23 +26,20 @@ def register(sub) -> None:
     )
     add_problem_arguments(ladder, family=False)
     add_db_argument(ladder)
-    ladder.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20, help="timed launches per rung (default 20)")
+    ladder.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20,
+                        help="timed launches per rung (default 20)")
     add_backend_argument(ladder)
     ladder.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.gpu.worker import GpuWorker
-    from autotune.search.ladder import climb
+    from autotune.search.ladder import climb_attached
 
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
     require_positive("--repeats", args.repeats)
-    store = open_store(args.db)
-    with GpuWorker(backend=args.backend) as worker:
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
-        rungs, cublas = climb(worker, store, gpu, problem, repeats=args.repeats)
+    ladder = climb_attached(GpuRequest(requested, args.gpu, backend=args.backend), problem, args.db, args.repeats)
+    env, rungs, cublas = ladder.env, ladder.rungs, ladder.cublas
     cublas_ms = cublas.timing.median_ms
     print(f"ladder for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), driver {env.driver}, "
           f"CUDA {env.cuda_runtime}, CuPy {env.cupy}; every rung verified against cuBLAS")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune.kernel.compile import CompiledKernel, compile_kernel
-from autotune.kernel.render import render
-from autotune.kernel.resources import resource_violation
+from autotune.errors import FailureClass
+from autotune.kernel.build import build_kernel
+from autotune.records import Failure
 from autotune.select.kernel_table import KernelTable, TableError, TableKernel, spec_for_arch
 from autotune.space.family import load_space
 
@@ -25,14 +25,14 @@ def compile_table_kernel(kernel: TableKernel, arch: str) -> TableKernel:
     if space.template_hash != kernel.template_hash:
         raise TableError(f"{kernel.name} was built from template {kernel.template_hash}, but this autotune's "
                          f"{kernel.family} template is {space.template_hash}; export the table again")
-    compiled = compile_kernel(render(space, space.config(kernel.params), gpu))
-    if not isinstance(compiled, CompiledKernel):
-        raise TableError(f"{kernel.name} does not compile for {kernel.launch.target}: {compiled.message}")
-    resources = dataclasses.replace(compiled.resources, smem_dynamic=kernel.launch.dynamic_smem)
-    violation = resource_violation(resources, kernel.launch.block[0], gpu, kernel.launch.opt_in)
-    if violation:
-        raise TableError(f"{kernel.name} does not fit {gpu.key}: {violation}")
-    return dataclasses.replace(kernel, cubin=compiled.cubin, resources=resources)
+    built = build_kernel(space, space.config(kernel.params), gpu, launch=kernel.launch)
+    if isinstance(built, Failure):
+        if built.failure_class == FailureClass.COMPILE_ERROR.value:
+            raise TableError(f"{kernel.name} does not compile for {kernel.launch.target}: {built.message}")
+        if built.failure_class == FailureClass.RESOURCE.value:
+            raise TableError(f"{kernel.name} does not fit {gpu.key}: {built.message}")
+        raise TableError(f"{kernel.name} cannot be launched as the table says: {built.message}")
+    return dataclasses.replace(kernel, cubin=built.cubin, resources=built.resources)
 
 
 def compile_table(table: KernelTable) -> KernelTable:
