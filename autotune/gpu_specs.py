@@ -72,6 +72,17 @@ def gpu_spec(key: str) -> GpuSpec:
     return GPUS[real] if real == wanted else dataclasses.replace(GPUS[real], key=wanted)
 
 
+def expected_archs(gpu_key: str) -> tuple[str, ...] | None:
+    """The archs that results under a known GPU key may carry: ``sm_90`` for ``h200``; ``sm_90-fake`` (what
+    the fake backend records) or ``sm_90`` for ``h200-fake``. None for a key with no built-in spec (a GPU
+    described by its own properties)."""
+    real = gpu_key.removesuffix(FAKE_SUFFIX)
+    spec = GPUS.get(real)
+    if spec is None:
+        return None
+    return (spec.sm,) if real == gpu_key else (spec.sm + FAKE_SUFFIX, spec.sm)
+
+
 def device_key(device_name: str) -> str:
     """A key for a device name: ``"NVIDIA RTX A6000"`` -> ``"rtx-a6000"`` (lower case, words joined
     by ``-``, the vendor dropped); ``"gpu"`` when nothing is left."""

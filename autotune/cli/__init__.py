@@ -1,7 +1,8 @@
 """The ``autotune`` command line: space, search, sweep, query, table, ladder, results, export, gpus.
 
 One module per command, each with ``register(subparsers)`` and ``run(args)``.
-Any :class:`AutotuneError` becomes one line on stderr and exit code 2.
+Any :class:`AutotuneError` becomes one line on stderr and exit code 2 (control
+characters escaped, any database password masked).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Sequence
 from autotune import __version__
 from autotune.cli import export, gpus, ladder, plot, query, results, search, space, sweep, table
 from autotune.cli.arguments import EXIT_USAGE, OneLineParser
+from autotune.cli.text import printable
 from autotune.errors import AutotuneError
+from autotune.results.urls import shown_url
 
 COMMANDS = (space, search, sweep, query, table, plot, ladder, results, export, gpus)
 
@@ -31,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except AutotuneError as error:
-        print(f"autotune: error: {error}", file=sys.stderr)
+        print(f"autotune: error: {printable(shown_url(str(error)))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("autotune: interrupted; run the same command again to resume", file=sys.stderr)

@@ -1,22 +1,104 @@
-"""Arguments and checks shared by the ``autotune`` commands."""
+"""Arguments and checks shared by the ``autotune`` commands.
+
+Every numeric option is parsed by :class:`Integer` or :class:`Seconds`: a finite
+value in a sane range, or one line naming the option and the range.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+from collections.abc import Sequence
 
+from autotune.cli.text import printable
 from autotune.errors import InputError
 from autotune.gpu_specs import AUTO, GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
 from autotune.results.opening import open_store  # noqa: F401 (the commands open --db through here)
+from autotune.results.urls import shown_url, without_secrets
 
 EXIT_USAGE = 2
+# Sane ranges of the numeric options.
+MAX_ROWS = 100_000  # query --limit, results --per-problem
+MAX_TRIALS = 1_000_000  # search and sweep --trials
+MAX_REPEATS = 10_000  # timed launches per candidate or rung
+MAX_JOBS = 1024  # compile processes
+MAX_DEVICES = 1024  # CUDA device indexes and GPU workers
+MAX_SEED = 2**32 - 1
+MAX_KERNELS = 256  # table --max-kernels
+MAX_SECONDS = 10_000_000.0  # --timeout: about 16 weeks
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line and exit code 2."""
+    """argparse that reports a bad argument as one line and exit code 2, with any password of a database
+    URL among the arguments masked and control characters escaped."""
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"autotune: error: {message}\n")
+        for given in self._given:
+            message = without_secrets(message, given)
+            if given.startswith("-") and "=" in given:  # --db=URL
+                message = without_secrets(message, given.partition("=")[2])
+        self.exit(EXIT_USAGE, f"autotune: error: {printable(shown_url(message))}\n")
+
+
+class Integer(argparse.Action):
+    """A numeric option's value: an integer from ``least`` to ``most`` (``add_argument(..., action=Integer,
+    least=1, most=MAX_TRIALS)``); anything else is one line naming the option and the range, the value
+    called ``noun`` there."""
+
+    def __init__(self, option_strings, dest, *, least: int, most: int, noun: str = "a number", **kwargs):
+        self.least, self.most, self.noun = least, most, noun
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, self.parse(option_string or self.dest, values))
+
+    def parse(self, option: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not self.least <= value <= self.most:
+            raise argparse.ArgumentError(None, str(InputError(option, _clipped(text) if value is None else value,
+                                                              self.valid)))
+        return value
+
+    @property
+    def valid(self) -> str:
+        if self.least in (0, 1):
+            return f"{self.noun} {'>' if self.least else '>='} 0 (an integer, at most {self.most})"
+        return f"{self.noun} from {self.least} to {self.most} (an integer)"
+
+
+class Seconds(argparse.Action):
+    """A duration option's value: seconds, a finite number > 0 and at most ``most`` (default
+    :data:`MAX_SECONDS`); anything else (``nan``, ``inf``, ``0``) is one line naming the option."""
+
+    def __init__(self, option_strings, dest, *, most: float = MAX_SECONDS, **kwargs):
+        self.most = most
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        option = option_string or self.dest
+        try:
+            value = float(values)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not 0 < value <= self.most:
+            raise argparse.ArgumentError(None, str(InputError(option, _clipped(values) if value is None else value,
+                                                              f"a number of seconds > 0 (at most {self.most:g})")))
+        setattr(namespace, self.dest, value)
+
+
+def _clipped(text: str, length: int = 40) -> str:
+    return text if len(text) <= length else text[:length - 3] + "..."
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, gpu_required: bool = True) -> None:
@@ -31,7 +113,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, 
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="SQLAlchemy URL of the results database (default: see README)")
+    parser.add_argument("--db", help="the results database: a SQLAlchemy URL (postgresql://user@host/db) or a "
+                                     "SQLite file path (default: $AUTOTUNE_DB, else see README)")
 
 
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -54,5 +137,5 @@ def offline_gpu(name: str) -> GpuSpec:
 
 
 def require_positive(what: str, value: int | float | None) -> None:
-    if value is not None and value <= 0:
+    if value is not None and not value > 0:
         raise InputError(what, value, "a number > 0")

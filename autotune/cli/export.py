@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         spec_for_arch(args.arch)  # an unknown architecture is an error naming the known ones
     out = Path(args.out)
     check_destination(out)  # before minutes of compiling
-    store = shipped_store() if args.shipped else open_store(args.db)
+    store = shipped_store() if args.shipped else open_store(args.db, read_only=True)
     source = "the results shipped with autotune" if args.shipped else store.shown_url
     with store:
         for line in ignored_environments(store, gpu=gpu, arch=args.arch):

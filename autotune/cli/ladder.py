@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from autotune.cli.arguments import (
+    MAX_REPEATS,
+    Integer,
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
@@ -24,7 +26,8 @@ def register(sub) -> None:
     )
     add_problem_arguments(ladder, family=False)
     add_db_argument(ladder)
-    ladder.add_argument("--repeats", type=int, default=20, help="timed launches per rung (default 20)")
+    ladder.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20,
+                        help="timed launches per rung (default 20)")
     add_backend_argument(ladder)
     ladder.set_defaults(run=run)
 

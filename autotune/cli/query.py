@@ -7,13 +7,15 @@ import dataclasses
 import json
 
 from autotune.cli.arguments import (
+    MAX_ROWS,
+    Integer,
     add_db_argument,
     add_problem_arguments,
     offline_gpu,
     open_store,
     require_positive,
 )
-from autotune.cli.text import ratio_text, table
+from autotune.cli.text import printable, ratio_text, table
 from autotune.errors import InputError
 from autotune.gpu_specs import AUTO, GpuSpec, gpu_spec
 from autotune.problem import GemmProblem, make_problem
@@ -29,7 +31,7 @@ def register(sub) -> None:
     add_problem_arguments(query, gpu_required=False)
     query.add_argument("--arch", help="answer from every GPU of an architecture, e.g. sm_90 (instead of --gpu)")
     add_db_argument(query)
-    query.add_argument("--limit", type=int, default=10, help="rows to show (default 10)")
+    query.add_argument("--limit", action=Integer, least=1, most=MAX_ROWS, default=10, help="rows to show (default 10)")
     query.add_argument("--objective", default="time",
                        help="order by time (default) or energy, or show the pareto front of time and energy")
     query.add_argument("--json", action="store_true", help="machine-readable output")
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     require_positive("--limit", args.limit)
     if args.objective not in ("time", "energy", "pareto"):
         raise InputError("--objective", args.objective, "time, energy or pareto")
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=True)
     if args.objective != "time":
         if gpu is None:
             raise InputError("--arch", args.arch, "--gpu NAME with --objective energy or pareto")
@@ -70,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
         } for r in rows], indent=2))
         return 0
     if not rows:
-        print(f"no results for {scope} {problem.shape} {problem.dtype} in {store.shown_url}")
+        print(printable(f"no results for {scope} {problem.shape} {problem.dtype} in {store.shown_url}"))
         return 0
     if stand_in:
-        print(f"no results for {gpu.key} {problem.shape} {problem.dtype}; the nearest are those of "
-              f"{', '.join(stand_in)} (same {arch}), marked *")
-    print(f"best configs for {scope} {problem.shape} {problem.dtype} ({store.shown_url}):")
+        print(printable(f"no results for {gpu.key} {problem.shape} {problem.dtype}; the nearest are those of "
+                        f"{', '.join(stand_in)} (same {arch}), marked *"))
+    print(printable(f"best configs for {scope} {problem.shape} {problem.dtype} ({store.shown_url}):"))
     mark = "*" if stand_in else ""
     print(table(["config", "gpu", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
                 [[r.config_name, r.gpu_name + mark, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms),
@@ -121,10 +123,10 @@ def _query_energy(store, gpu: GpuSpec, problem: GemmProblem, args: argparse.Name
         }, indent=2))
         return 0
     if not shown:
-        print(f"no energy measurements for {gpu.key} {problem.shape} {problem.dtype} in {store.shown_url}")
+        print(printable(f"no energy measurements for {gpu.key} {problem.shape} {problem.dtype} in {store.shown_url}"))
         return 0
     title = "time/energy front" if args.objective == "pareto" else "most frugal configs"
-    print(f"{title} for {gpu.key} {problem.shape} {problem.dtype} ({store.shown_url}):")
+    print(printable(f"{title} for {gpu.key} {problem.shape} {problem.dtype} ({store.shown_url}):"))
     table_rows = [[r.config_name, r.median_ms, r.energy_per_gemm_j * 1e3, r.mean_power_w, r.sm_clock_mhz_mean,
                    "yes" if r.throttled else "no"] for r in shown + ([reference] if reference else [])]
     print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"], table_rows))

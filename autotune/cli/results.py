@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from autotune.cli.arguments import add_db_argument, open_store, require_positive
+from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, open_store, require_positive
+from autotune.cli.text import printable
 from autotune.data_files import shipped_results
 from autotune.errors import InputError
 from autotune.gpu_specs import gpu_spec
@@ -24,7 +25,7 @@ def register(sub) -> None:
                          help="import: the tuned results that ship with autotune (tuned_db/<gpu>.jsonl)")
     results.add_argument("--gpu", help="export: the GPU whose results to write")
     add_db_argument(results)
-    results.add_argument("--per-problem", type=int, default=None,
+    results.add_argument("--per-problem", action=Integer, least=1, most=MAX_ROWS, default=None,
                          help="export: only the N fastest kernels per problem, every cuBLAS measurement and no "
                               "failures (default: everything, energy windows and failures included)")
     results.set_defaults(run=run)
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("results export", given, "--gpu NAME and no files")
         gpu = gpu_spec(args.gpu)
         require_positive("--per-problem", args.per_problem)
-        with open_store(args.db) as store:
+        with open_store(args.db, read_only=True) as store:
             written = tuned.export(store, gpu.key, sys.stdout, args.per_problem)
         print(_export_summary(written, gpu.key, args.per_problem), file=sys.stderr)
         return 0
@@ -53,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
                          "one or more tuned-results files, e.g. tuned_db/h200.jsonl, or --shipped")
     with open_store(args.db) as store:
         for report in tuned.import_files(store, paths):
-            print(f"{report.path}: {report.measurements_added} measurements added, "
-                  f"{report.measurements_present} already present; {report.energy_windows_added} energy windows "
-                  f"and {report.failures_added} failures added, {report.failures_present} already present "
-                  f"({store.shown_url})")
+            print(printable(f"{report.path}: {report.measurements_added} measurements added, "
+                            f"{report.measurements_present} already present; {report.energy_windows_added} energy "
+                            f"windows and {report.failures_added} failures added, {report.failures_present} already "
+                            f"present ({store.shown_url})"))
     return 0
 
 

@@ -9,6 +9,13 @@ import sys
 from pathlib import Path
 
 from autotune.cli.arguments import (
+    MAX_DEVICES,
+    MAX_JOBS,
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_TRIALS,
+    Integer,
+    Seconds,
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
@@ -31,15 +38,19 @@ def register(sub) -> None:
         epilog="example: autotune search --gpu h200 --shape 4096 --dtype f32 --trials 150",
     )
     add_problem_arguments(search)
-    search.add_argument("--trials", type=int, default=100,
+    search.add_argument("--trials", action=Integer, least=1, most=MAX_TRIALS, default=100,
                         help="GPU evaluations in the study, every process sharing it together (default 100)")
-    search.add_argument("--timeout", type=float, help="stop this run after S seconds")
+    search.add_argument("--timeout", action=Seconds, help="stop this run after S seconds")
     add_db_argument(search)
-    search.add_argument("--seed", type=int, default=0, help="sampler and input seed (default 0)")
-    search.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
-    search.add_argument("--repeats", type=int, default=20, help="timed launches per candidate (default 20)")
-    search.add_argument("--device", type=int, default=0, help="CUDA device index of the (first) GPU (default 0)")
-    search.add_argument("--workers", type=int, default=1,
+    search.add_argument("--seed", action=Integer, least=0, most=MAX_SEED, default=0,
+                        help="sampler and input seed (default 0)")
+    search.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
+                        help="parallel compile processes (default: CPU count, at most 16)")
+    search.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20,
+                        help="timed launches per candidate (default 20)")
+    search.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                        default=0, help="CUDA device index of the (first) GPU (default 0)")
+    search.add_argument("--workers", action=Integer, least=1, most=MAX_DEVICES, default=1,
                         help="GPU workers, one per device from --device on (default 1)")
     search.add_argument("--objective", default="time",
                         help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "

@@ -7,7 +7,18 @@ import sys
 import time
 from typing import TextIO
 
-from autotune.cli.arguments import add_backend_argument, add_db_argument, requested_gpu, require_positive
+from autotune.cli.arguments import (
+    MAX_DEVICES,
+    MAX_JOBS,
+    MAX_ROWS,
+    MAX_TRIALS,
+    Integer,
+    Seconds,
+    add_backend_argument,
+    add_db_argument,
+    requested_gpu,
+    require_positive,
+)
 from autotune.cli.text import ratio_text, table
 from autotune.errors import InputError
 from autotune.gpu_specs import AUTO, GPUS
@@ -26,11 +37,11 @@ def register(sub) -> None:
     sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     sweep.add_argument("--shapes", required=True,
                        help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
-    sweep.add_argument("--trials", type=int, default=SWEEP_TRIALS,
+    sweep.add_argument("--trials", action=Integer, least=1, most=MAX_TRIALS, default=SWEEP_TRIALS,
                        help=f"GPU evaluations per shape (default {SWEEP_TRIALS})")
     sweep.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own space file "
                                         "(default: the one for --dtype)")
-    sweep.add_argument("--top", type=int, default=SWEEP_TOP,
+    sweep.add_argument("--top", action=Integer, least=0, most=MAX_ROWS, default=SWEEP_TOP,
                        help=f"the best T configs of each shape are timed at every shape (default {SWEEP_TOP}; "
                             "0: none)")
     sweep.add_argument("--cross-from", metavar="SHAPES",
@@ -38,9 +49,11 @@ def register(sub) -> None:
                             "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
     add_db_argument(sweep)
     add_backend_argument(sweep)
-    sweep.add_argument("--jobs", type=int, help="parallel compile processes (default: CPU count, at most 16)")
-    sweep.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    sweep.add_argument("--timeout", type=float, help="stop this run after S seconds (run it again to go on)")
+    sweep.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
+                       help="parallel compile processes (default: CPU count, at most 16)")
+    sweep.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                       default=0, help="CUDA device index (default 0)")
+    sweep.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
     sweep.set_defaults(run=run)
 
 

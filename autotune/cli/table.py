@@ -8,7 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.arguments import MAX_KERNELS as MOST_KERNELS
+from autotune.cli.arguments import Integer, add_db_argument, open_store
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
 from autotune.gpu_specs import GPUS, gpu_spec
@@ -41,7 +42,7 @@ def add_table_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hold-out", metavar="FILE|SET",
                         help=f"shapes left out of the table and judged on: a shape file or {', '.join(SHAPE_SETS)} "
                              "(default: leave each training shape out in turn)")
-    parser.add_argument("--max-kernels", type=int, default=MAX_KERNELS,
+    parser.add_argument("--max-kernels", action=Integer, least=1, most=MOST_KERNELS, default=MAX_KERNELS,
                         help=f"most kernels the table may use (default {MAX_KERNELS})")
     add_db_argument(parser)
 
@@ -71,7 +72,7 @@ def judged(args: argparse.Namespace) -> Judged:
     if args.max_kernels < 1:
         raise InputError("--max-kernels", args.max_kernels, "an integer >= 1")
     held = _hold_out_shapes(args.hold_out) if args.hold_out else []
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=True)
     with store:
         built = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
         ignored = tuple(ignored_environments(store, gpu=gpu.key))

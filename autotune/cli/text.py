@@ -1,4 +1,10 @@
-"""Text output for the CLI: tables and the search progress line."""
+"""Text output for the CLI: tables, the search progress line, and text fit for a terminal.
+
+Text that comes from a database or a file (GPU names, config names, messages) may
+hold anything; :func:`printable` shows its control characters escaped, so that it
+cannot move the cursor, recolour the terminal or break a line. :func:`table`
+applies it to every cell.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,19 @@ if TYPE_CHECKING:
     from autotune.search.search import Progress
 
 
+def printable(text: object) -> str:
+    """``str(text)`` with every character a terminal would act on or not show (escape sequences, newlines,
+    tabs, bidirectional overrides, ...) written as its Python escape: ``\\x1b``, ``\\n``, ``\\u202e``."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain left-aligned text table (numbers right-aligned)."""
-    cells = [[_cell(value) for value in row] for row in rows]
+    """A plain left-aligned text table (numbers right-aligned), every cell :func:`printable`."""
+    headers = [printable(header) for header in headers]
+    cells = [[printable(_cell(value)) for value in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     numeric = [all(_is_number(row[i]) for row in rows) and rows for i in range(len(headers))]
 

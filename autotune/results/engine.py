@@ -6,12 +6,18 @@ transaction takes the write lock up front (``BEGIN IMMEDIATE``): two writers
 then queue instead of failing with "database is locked" when one upgrades its
 read lock. ``synchronous=NORMAL`` in WAL mode: a power cut may lose the last
 commits, a killed process never loses a committed one and never corrupts the file.
+
+A read-only engine cannot change the database: SQLite opens the file without
+creating it (``mode=rw``, falling back to reading where the file is write-protected)
+with ``PRAGMA query_only``; PostgreSQL sessions are ``READ ONLY``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sqlite3
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
@@ -22,8 +28,8 @@ WRITE = {BEGIN_MODE: "IMMEDIATE"}
 EXCLUSIVE = {BEGIN_MODE: "EXCLUSIVE"}
 
 
-def create(url: URL, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
-    """An engine for ``url``; SQLite connections are set up as the module docstring says.
+def create(url: URL, busy_timeout_s: float = BUSY_TIMEOUT_S, read_only: bool = False) -> Engine:
+    """An engine for ``url``; connections are set up as the module docstring says.
 
     A plain ``postgresql://`` URL uses psycopg (3) when psycopg2 is not installed.
     ``busy_timeout_s``: how long one SQLite statement waits for a lock.
@@ -31,12 +37,18 @@ def create(url: URL, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
     Raises:
         sqlalchemy.exc.NoSuchModuleError: unknown dialect.
         ImportError: the dialect's driver is not installed.
+        ValueError, TypeError: a query parameter of the URL its dialect cannot take (``?timeout=abc``).
     """
     url = with_installed_driver(url)
     if url.get_backend_name() != "sqlite":
-        return create_engine(url)
+        engine = create_engine(url)
+        if read_only and url.get_backend_name() == "postgresql":
+            event.listen(engine, "connect", _postgresql_read_only)
+        return engine
+    if read_only:
+        url = _sqlite_without_creating(url)
     engine = create_engine(url, connect_args={"timeout": busy_timeout_s})
-    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "connect", _sqlite_read_only if read_only else _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
 
@@ -82,6 +94,27 @@ def sync_commits_as_wal_needs(engine: Engine) -> None:
     if engine.url.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sync_as_wal_needs)
         engine.dispose()
+
+
+def _sqlite_without_creating(url: URL) -> URL:
+    """A SQLite file URL as a URI filename that opens the file only where it exists (``mode=rw``)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return url  # memory holds nothing to protect; a URI filename says its own mode
+    return url.set(database="file:" + quote(os.path.abspath(database)),
+                   query={**url.query, "mode": "rw", "uri": "true"})
+
+
+def _sqlite_read_only(dbapi_connection, connection_record) -> None:
+    _sqlite_connect(dbapi_connection, connection_record)
+    dbapi_connection.execute("PRAGMA query_only = ON")
+
+
+def _postgresql_read_only(dbapi_connection, connection_record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    cursor.close()
+    dbapi_connection.commit()  # a SET in a transaction rolled back would be undone
 
 
 def _sqlite_connect(dbapi_connection, connection_record) -> None:

@@ -17,8 +17,9 @@ One JSON object per line. Version 2 (what :func:`export` writes) says so in
 A line without ``schema_version`` is version 1, the format before versions: a
 measurement without ``kind`` or ``energy_windows``, whose null fields may be left
 out. A newer version is refused. Every value is checked before anything is
-written; a bad one stops the import with one line naming the file, the line, the
-field and the value. An import is one transaction: all of its lines or none.
+written (a known GPU key must come with its GPU's arch; JSON nested deeper than
+Python parses is refused too); a bad one stops the import with one line naming
+the file, the line, the field and the value. An import is one transaction: all of its lines or none.
 Lines already in the database (same result, same time) are skipped, so a file
 can be imported again, or by several processes at once, and adds each result once.
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from autotune.errors import FailureClass, InputError
+from autotune.gpu_specs import expected_archs
 from autotune.problem import DTYPES, LAYOUTS, GemmProblem
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
 from autotune.results import Export, FailureEntry, KernelRef, MeasurementEntry, ResultStore
@@ -195,6 +197,8 @@ class _Line:
             data = json.loads(text)
         except ValueError as error:
             self.fail("JSON", text.strip(), f"one JSON object per line ({error})")
+        except RecursionError:
+            self.fail("JSON", text.strip(), "one JSON object per line (this one nests too deep to parse)")
         if not isinstance(data, dict):
             self.fail("line", data, "a JSON object")
         version = data.get("schema_version", 1)
@@ -266,8 +270,13 @@ class _Line:
     def _environment(self, data: dict) -> Environment:
         value = self._object(data, "environment", ENVIRONMENT_FIELDS)
         columns = EnvironmentRow.__table__.c
-        return Environment(**{name: self.text(value, name, columns[name], prefix="environment.", empty=False)
-                              for name in ENVIRONMENT_FIELDS})
+        environment = Environment(**{name: self.text(value, name, columns[name], prefix="environment.", empty=False)
+                                     for name in ENVIRONMENT_FIELDS})
+        archs = expected_archs(environment.gpu_key)
+        if archs is not None and environment.arch not in archs:
+            self.fail("environment.arch", environment.arch,
+                      f"{' or '.join(archs)}, the arch of gpu_key {environment.gpu_key!r}")
+        return environment
 
     def _problem(self, data: dict) -> GemmProblem:
         value = self._object(data, "problem", ("m", "n", "k", "dtype", "layout", "alpha", "beta"))

@@ -6,6 +6,12 @@ README, "Where results live"): the schema is migrated under a lock
 until it succeeds or fails with one line (:mod:`autotune.results.retry`), and every
 measurement, failure and energy window has a unique fingerprint
 (:mod:`autotune.results.fingerprint`), so a result written twice is stored once.
+
+A store opened read-only (``read_only=True``: the commands that only read) never
+writes: no migration, no table created, no file created; a database that does not
+exist yet, or holds none of autotune's tables, reads as empty. Every row read is
+checked (:mod:`autotune.results.rows`): a value autotune never writes stops the
+read with one line naming the table, the row id and the field.
 """
 
 from __future__ import annotations
@@ -13,18 +19,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import json
 import os
-import re
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Engine, Select, create_engine, func, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
 
 from autotune import records
 from autotune.errors import DatabaseError
@@ -32,8 +37,18 @@ from autotune.problem import GemmProblem
 from autotune.results import engine as engines
 from autotune.results import retry, rows, schema
 from autotune.results.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
-from autotune.results.models import CANDIDATE, CUBLAS, EnergyWindow, Environment, Failure, Kernel, Measurement, Problem
-from autotune.results.urls import shown_url
+from autotune.results.models import (
+    CANDIDATE,
+    CUBLAS,
+    Base,
+    EnergyWindow,
+    Environment,
+    Failure,
+    Kernel,
+    Measurement,
+    Problem,
+)
+from autotune.results.urls import database_url, shown_url
 from autotune.space.family import Config
 
 MIGRATIONS = schema.MIGRATIONS
@@ -87,21 +102,24 @@ def default_path() -> Path:
     return Path(data_home, "autotune", "results.db")
 
 
-def default_url() -> str:
+def default_url(create_directory: bool = True) -> str:
     """The database URL used when none is given.
 
     ``$AUTOTUNE_DB`` when that variable is set: a URL as it is (it holds ``://``),
-    else a SQLite file name. Without it, ``sqlite:///$XDG_DATA_HOME/autotune/results.db``
-    (``XDG_DATA_HOME`` defaults to ``~/.local/share``), creating the ``autotune``
-    directory if needed.
+    else a SQLite file name (:func:`~autotune.results.urls.database_url`). Without it,
+    ``sqlite:///$XDG_DATA_HOME/autotune/results.db`` (``XDG_DATA_HOME`` defaults to
+    ``~/.local/share``), creating the ``autotune`` directory if needed and ``create_directory``.
 
     Raises:
         DatabaseError: the directory cannot be created.
+        InputError: ``$AUTOTUNE_DB`` starts like a URL but is not one.
     """
     path = os.environ.get("AUTOTUNE_DB")
     if path:
-        return path if "://" in path else "sqlite:///" + os.path.expanduser(path)
+        return database_url(path, "$AUTOTUNE_DB")
     directory = default_path().parent
+    if not create_directory:
+        return "sqlite:///" + str(directory / "results.db")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -116,61 +134,90 @@ class ResultStore:
         url: a SQLAlchemy URL, e.g. ``default_url()`` or ``postgresql://host/db``.
             A SQLite file is created if missing, but not its directory.
         write_timeout_s: how long a write retries a busy database before it fails.
+        read_only: only read (see the module docstring): a missing SQLite file (in a
+            directory that exists) or a database without autotune's tables reads as
+            empty; one of an older or newer schema is refused.
 
     Raises:
         DatabaseError: the database cannot be opened, read or migrated, or it is a
-            SQLite file of something else. Nothing is written to a database that
+            database of something else. Nothing is written to a database that
             cannot be read or is not autotune's. Every message shows the URL with
             its password masked.
     """
 
-    def __init__(self, url: str, *, write_timeout_s: float = WRITE_TIMEOUT_S):
+    def __init__(self, url: str, *, write_timeout_s: float = WRITE_TIMEOUT_S, read_only: bool = False):
         self.url = url
+        self.read_only = read_only
         self._write_timeout_s = write_timeout_s
         try:
             parsed = make_url(url)
         except (SQLAlchemyError, ValueError) as exc:
-            raise DatabaseError(f"cannot open database '{_masked(url)}': {_one_line(exc)}") from exc
+            raise DatabaseError(f"cannot open database '{shown_url(url)}': {_one_line(exc)}") from exc
         self._password = parsed.password
         self._shown = shown_url(parsed.render_as_string(hide_password=True))
-        self._engine = self._create_engine(parsed)
+        self._engine = self._create_engine(parsed)  # connects to nothing yet: a missing file stays missing
         if self._engine.url.drivername != parsed.drivername:  # the driver that is installed, for Optuna too
             self.url = self._engine.url.render_as_string(hide_password=False)
-        try:
-            self._prepare_schema()
-        except BaseException:
+        if read_only and _missing_sqlite_file(parsed):
             self._engine.dispose()
-            raise
+            self._engine = _empty_engine()
+        else:
+            try:
+                self._prepare_schema()
+            except BaseException:
+                self._engine.dispose()
+                raise
         self._known_ids: dict[tuple, int] = {}  # environments, problems, kernels already committed
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(self._engine.execution_options(**engines.WRITE), expire_on_commit=False,
                                             info={rows.KNOWN_IDS: self._known_ids})
 
-    def _create_engine(self, parsed: URL):
+    @classmethod
+    def empty(cls, url: str) -> ResultStore:
+        """A read-only store with no results, shown as ``url``: what a database that does not exist yet holds."""
+        return cls("sqlite://", read_only=True)._shown_as(url)
+
+    def _shown_as(self, url: str) -> ResultStore:
+        self.url, self._shown = url, shown_url(url)
+        return self
+
+    def _create_engine(self, parsed: URL) -> Engine:
         cannot = f"cannot open database '{self._shown}'"
-        reason = _sqlite_file_problem(parsed)
+        reason = _sqlite_file_problem(parsed, self.read_only)
         if reason is not None:
             raise DatabaseError(f"{cannot}: {reason}")
         try:
-            return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s))
+            return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s), self.read_only)
         except NoSuchModuleError as exc:
             raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}'") from exc
         except ImportError as exc:
             raise DatabaseError(f"{cannot}: driver not installed ({self._reason(exc)})") from exc
+        except (ValueError, TypeError) as exc:  # a query parameter the dialect cannot take: ?timeout=abc
+            raise DatabaseError(f"{cannot}: a URL parameter it cannot take ({self._reason(exc)})") from exc
         except SQLAlchemyError as exc:
             raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
 
     def _prepare_schema(self) -> None:
-        """Migrate to the newest schema (:mod:`autotune.results.schema`), retried while the database is busy."""
+        """Migrate to the newest schema (:mod:`autotune.results.schema`), retried while the database is busy;
+        read-only, check it instead, and read an empty one as the empty schema."""
         cannot = f"cannot open database '{self._shown}'"
+        if self.read_only:
+            prepare = lambda: schema.prepare_read_only(self._engine, self._shown)  # noqa: E731
+        else:
+            prepare = lambda: schema.prepare(self._engine, self._shown)  # noqa: E731
         try:
-            retry.run(lambda: schema.prepare(self._engine, self._shown), self._write_timeout_s)
+            holds_results = retry.run(prepare, self._write_timeout_s)
         except retry.GaveUp as exc:
             raise DatabaseError(f"{cannot}: {self._reason(exc.__cause__)} ({exc})") from exc
         except SQLAlchemyError as exc:
             raise DatabaseError(f"{cannot}: {self._reason(exc)}") from exc
+        except (ValueError, TypeError) as exc:  # a URL parameter the driver refuses only when it connects
+            raise DatabaseError(f"{cannot}: a URL parameter it cannot take ({self._reason(exc)})") from exc
         except schema.UnknownRevision as exc:  # e.g. a revision from a newer autotune
             raise DatabaseError(f"cannot migrate database '{self._shown}': {self._reason(exc)}") from exc
+        if self.read_only and not holds_results:
+            self._engine.dispose()
+            self._engine = _empty_engine()
 
     @property
     def shown_url(self) -> str:
@@ -189,6 +236,20 @@ class ResultStore:
     def close(self) -> None:
         """Close all connections; the store must not be used afterwards."""
         self._engine.dispose()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Session]:
+        """:meth:`session` for the store's reads: a row that does not check out, or a stored value the driver
+        cannot convert, is one line naming the database."""
+        try:
+            with self.session() as session:
+                yield session
+        except rows.BadRow as exc:
+            raise DatabaseError(f"cannot read database '{self._shown}': {exc}; a row autotune did not write, "
+                                "refused (not skipped): repair or delete it") from exc
+        except (ValueError, TypeError, OverflowError) as exc:  # e.g. a created_at that is not a time
+            raise DatabaseError(f"cannot read database '{self._shown}': a stored value cannot be read "
+                                f"({self._reason(exc)})") from exc
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -321,12 +382,12 @@ class ResultStore:
             .outerjoin(Kernel, Failure.kernel_id == Kernel.id)
             .where(Environment.gpu_key == gpu_key)
         )
-        with self.session() as session:
+        with self._reading() as session:
             windows_of: dict[int, list[EnergyWindow]] = {}
             for window in session.scalars(windows):
                 windows_of.setdefault(window.measurement_id, []).append(window)
             for held in windows_of.values():
-                held.sort(key=lambda window: (rows.utc(window.created_at), window.fingerprint))
+                held.sort(key=lambda window: (_sort_time(window.created_at), str(window.fingerprint)))
             stored = [rows.measurement_entry(*row, windows_of.get(row[0].id, []))
                       for row in session.execute(measurements)]
             failed = [rows.failure_entry(*row) for row in session.execute(failures)]
@@ -371,21 +432,23 @@ class ResultStore:
             .order_by(EnergyWindow.id)
         )
         query = _scope(query, gpu_key, problem, Measurement)
-        with self.session() as session:
-            return [
-                EnergyRow(
+        with self._reading() as session:
+            found = []
+            for window, window_measurement, name in session.execute(query):
+                checked = rows.energy_window(window)
+                found.append(EnergyRow(
                     config_name=name or CUBLAS,
-                    median_ms=window_measurement.median_ms,
-                    energy_per_gemm_j=window.energy_per_gemm_j,
-                    energy_per_gemm_counter_j=window.energy_per_gemm_counter_j,
-                    mean_power_w=window.mean_power_w,
-                    idle_power_w=window.idle_power_w,
-                    sm_clock_mhz_mean=window.sm_clock_mhz_mean,
-                    throttled=window.throttled,
+                    median_ms=rows.checked_time(Measurement.__tablename__, window_measurement.id, "median_ms",
+                                                window_measurement.median_ms),
+                    energy_per_gemm_j=checked.energy_per_gemm_j,
+                    energy_per_gemm_counter_j=checked.energy_per_gemm_counter_j,
+                    mean_power_w=checked.mean_power_w,
+                    idle_power_w=checked.idle_power_w,
+                    sm_clock_mhz_mean=checked.sm_clock_mhz_mean,
+                    throttled=checked.throttled,
                     study=window_measurement.study,
-                )
-                for window, window_measurement, name in session.execute(query)
-            ]
+                ))
+            return found
 
     def best(self, gpu_key: str, problem: GemmProblem, limit: int = 10) -> list[BestRow]:
         """The fastest candidate kernels for exactly this problem on GPUs of ``gpu_key``.
@@ -412,45 +475,48 @@ class ResultStore:
             .order_by(Measurement.median_ms, Measurement.id)
             .limit(limit)
         )
-        references = select(Measurement.environment_id, Measurement.median_ms)
+        references = select(Measurement.id, Measurement.environment_id, Measurement.median_ms)
         references = _scope(references, gpu_key, problem, Measurement)
         references = references.where(Measurement.implementation == CUBLAS)
-        with self.session() as session:
-            found = session.execute(query).all()
+        with self._reading() as session:
+            result = []
             cublas: dict[int, list[float]] = {}
-            for environment_id, median_ms in session.execute(references):
-                cublas.setdefault(environment_id, []).append(median_ms)
-        result = []
-        for measurement, kernel, environment in found:
-            reference = statistics.median(cublas[environment.id]) if environment.id in cublas else None
-            result.append(
-                BestRow(
-                    config_name=kernel.name,
-                    family=kernel.family,
-                    params=json.loads(kernel.params_json),
-                    median_ms=measurement.median_ms,
-                    tflops=measurement.tflops,
-                    cublas_median_ms=reference,
-                    ratio_to_cublas=reference / measurement.median_ms
-                    if reference is not None and measurement.median_ms > 0
-                    else None,
-                    gpu_name=environment.gpu_name,
-                    arch=environment.arch,
-                    driver=environment.driver,
-                    measured_at=rows.utc(measurement.created_at),
+            for measurement_id, environment_id, median_ms in session.execute(references):
+                cublas.setdefault(environment_id, []).append(
+                    rows.checked_time(Measurement.__tablename__, measurement_id, "median_ms", median_ms))
+            for measurement, kernel, environment in session.execute(query).all():
+                reference = statistics.median(cublas[environment.id]) if environment.id in cublas else None
+                family, name, _ = rows.kernel_identity(kernel)
+                checked = rows.measurement_record(measurement)
+                env = rows.environment_record(environment)
+                result.append(
+                    BestRow(
+                        config_name=name,
+                        family=family,
+                        params=rows.kernel_params(kernel),
+                        median_ms=checked.timing.median_ms,
+                        tflops=checked.tflops,
+                        cublas_median_ms=reference,
+                        ratio_to_cublas=reference / checked.timing.median_ms if reference is not None else None,
+                        gpu_name=env.gpu_name,
+                        arch=env.arch,
+                        driver=env.driver,
+                        measured_at=rows.utc(measurement.created_at),
+                    )
                 )
-            )
         return result
 
     def gpus(self) -> list[tuple[str, str, str]]:
         """``(gpu_key, gpu_name, arch)`` of every GPU with a candidate measurement, sorted."""
         query = (
-            select(Environment.gpu_key, Environment.gpu_name, Environment.arch).distinct()
+            select(Environment).distinct()
             .join(Measurement, Measurement.environment_id == Environment.id)
             .where(Measurement.implementation == CANDIDATE)
         )
-        with self.session() as session:
-            return sorted(tuple(row) for row in session.execute(query))
+        with self._reading() as session:
+            found = {(env.gpu_key, env.gpu_name, env.arch)
+                     for env in map(rows.environment_record, session.scalars(query))}
+        return sorted(found)
 
     def problems(self, gpu_key: str, dtype: str) -> list[GemmProblem]:
         """Every problem of ``dtype`` with a candidate measurement on ``gpu_key``."""
@@ -460,10 +526,9 @@ class ResultStore:
             .join(Environment, Measurement.environment_id == Environment.id)
             .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Measurement.implementation == CANDIDATE)
         )
-        with self.session() as session:
-            stored = session.scalars(query).all()
-            return sorted((GemmProblem(r.m, r.n, r.k, r.dtype, r.layout, r.alpha, r.beta) for r in stored),
-                          key=lambda p: (p.m * p.n * p.k, p.m, p.n, p.k, p.alpha, p.beta))
+        with self._reading() as session:
+            stored = [rows.gemm_problem(row) for row in session.scalars(query)]
+        return sorted(stored, key=lambda p: (p.m * p.n * p.k, p.m, p.n, p.k, p.alpha, p.beta))
 
     def cublas_reference(self, gpu_key: str, problem: GemmProblem) -> float | None:
         """Median ms of the latest cuBLAS measurement of this problem on ``gpu_key``, or None.
@@ -471,11 +536,15 @@ class ResultStore:
         Raises:
             DatabaseError: the query failed.
         """
-        query = _scope(select(Measurement.median_ms), gpu_key, problem, Measurement)
+        query = _scope(select(Measurement.id, Measurement.median_ms), gpu_key, problem, Measurement)
         query = query.where(Measurement.implementation == CUBLAS)
         query = query.order_by(Measurement.created_at.desc(), Measurement.id.desc()).limit(1)
-        with self.session() as session:
-            return session.scalar(query)
+        with self._reading() as session:
+            found = session.execute(query).first()
+        if found is None:
+            return None
+        measurement_id, median_ms = found
+        return rows.checked_time(Measurement.__tablename__, measurement_id, "median_ms", median_ms)
 
     def failure_counts(self, gpu_key: str, problem: GemmProblem, study: str | None = None) -> dict[str, int]:
         """Failures of this problem on ``gpu_key``, per failure class.
@@ -507,6 +576,8 @@ class ResultStore:
 
     def _write(self, work: Callable[[Session], Result]) -> Result:
         """Run ``work`` in one write transaction, retried while the database is busy or a key race is lost."""
+        if self.read_only:
+            raise DatabaseError(f"database '{self._shown}' was opened read-only")
 
         def transaction() -> Result:
             with self._write_sessions() as session:
@@ -566,7 +637,29 @@ def _scope(query: Select, gpu_key: str, problem: GemmProblem, table: type[Measur
     )
 
 
-def _sqlite_file_problem(url: URL) -> str | None:
+def _missing_sqlite_file(url: URL) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist, in a directory that does."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return False
+    path = Path(database)
+    return path.parent.is_dir() and not path.exists()
+
+
+def _empty_engine() -> Engine:
+    """An in-memory database with autotune's tables and nothing in them: what a read-only store of a
+    database without results reads."""
+    engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def _sort_time(moment: object) -> dt.datetime:
+    """A stored time to sort by; the rows' checks refuse one that is not a time."""
+    return rows.utc(moment) if isinstance(moment, dt.datetime) else dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def _sqlite_file_problem(url: URL, read_only: bool = False) -> str | None:
     """Why SQLite could not open the file of ``url``; it would only say "unable to open database file"."""
     database = url.database
     if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
@@ -578,14 +671,9 @@ def _sqlite_file_problem(url: URL) -> str | None:
         return f"directory '{path.parent}' does not exist"
     if path.exists() and not os.access(path, os.R_OK):
         return "permission denied"
-    if not path.exists() and not os.access(path.parent, os.W_OK):
+    if not path.exists() and not read_only and not os.access(path.parent, os.W_OK):
         return f"directory '{path.parent}' is not writable"
     return None
-
-
-def _masked(url: str) -> str:
-    """``url`` with anything between ``user:`` and ``@`` masked, for URLs SQLAlchemy cannot parse."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -9,7 +9,9 @@ it on the current stream. What no tuned kernel serves runs on cuBLAS;
 
 Arrays may be CuPy arrays or anything exposing ``__cuda_array_interface__`` or
 DLPack; PyTorch CUDA tensors are used in place (no copies), on PyTorch's current
-stream, and a result allocated by the runtime is then a tensor too.
+stream, and a result allocated by the runtime is then a tensor too. Host arrays
+(NumPy, CPU tensors) are refused with what to pass instead, and so is an ``out``
+that shares memory with ``a`` or ``b``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
-from autotune.runtime.operands import Operand
+from autotune.runtime.operands import Operand, overlaps, refuse_host_memory
 from autotune.runtime.sources import check_arch, choose_table
 from autotune.select.kernel_table import KernelTable, read_table
 
@@ -56,6 +58,7 @@ class Runtime:
         """``out = alpha * a @ b + beta * out``; a new ``out`` when none is given (then beta must be 0)."""
         left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
         result, target = self._output(left, right, out, a, beta)
+        _refuse_aliasing(left, right, target)
         decision = self._decide(left, right, target)
         stream = self.device.stream(a)
         if decision.kernel is None:
@@ -68,6 +71,7 @@ class Runtime:
         """What :meth:`gemm` would run for these operands, and why."""
         left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
         target = self.device.operand(out, "out") if out is not None else _like(left, right)
+        _refuse_aliasing(left, right, target)
         return self._decide(left, right, target)
 
     def _output(self, left: Operand, right: Operand, out: Any, original: Any, beta: float) -> tuple[Any, Operand]:
@@ -86,6 +90,15 @@ class Runtime:
         if decision is None:
             decision = self._decisions[key] = decide(self.choice, a, b, c)
         return decision
+
+
+def _refuse_aliasing(a: Operand, b: Operand, out: Operand) -> None:
+    """InputError for an ``out`` whose memory overlaps ``a``'s or ``b``'s: a kernel would read what it writes."""
+    for name, operand in (("a", a), ("b", b)):
+        if overlaps(out, operand):
+            raise InputError("out", f"an array sharing memory with {name}",
+                             "an array that shares no memory with a or b (a GEMM reads them while it writes out): "
+                             "leave out unset for a new array, or copy the operand first")
 
 
 def _like(a: Operand, b: Operand) -> Operand:
@@ -138,8 +151,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0)
     Returns ``out``, or a new m x n array (a tensor for PyTorch inputs).
 
     Raises:
-        InputError: the shapes do not chain, the operands are on different GPUs, or
-            beta is not 0 with no ``out``.
+        InputError: the shapes do not chain, the operands are on different GPUs, an
+            operand is in host memory (NumPy: pass ``cupy.asarray(x)``), ``out`` shares
+            memory with ``a`` or ``b``, or beta is not 0 with no ``out``.
         TableError: the loaded table was built for another GPU architecture.
     """
     return runtime_for(_device_of(a)).gemm(a, b, out, alpha, beta)
@@ -156,13 +170,14 @@ def explain(a: Any, b: Any, out: Any = None) -> Decision:
 
 
 def _device_of(value: Any) -> int:
+    refuse_host_memory(value, "a")  # NumPy 2's ndarray.device is "cpu": not a device index
     data = getattr(value, "data", None)
     device_id = getattr(data, "device_id", None)  # a CuPy array
-    if device_id is not None:
+    if isinstance(device_id, int):
         return device_id
     device = getattr(value, "device", None)
     index = getattr(device, "index", None)  # a PyTorch tensor
-    if index is not None:
+    if isinstance(index, int):
         return index
     from autotune.runtime.operands import as_cupy
 

@@ -1,6 +1,8 @@
 """Arrays from any GPU library as operands: CuPy arrays, ``__cuda_array_interface__``, DLPack.
 
 Nothing is copied: a PyTorch CUDA tensor becomes a CuPy view of the same memory.
+An array in host memory (NumPy, a CPU tensor) is refused with what to pass
+instead, and so is an output whose memory overlaps an input's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,38 @@ class Operand(NamedTuple):
         return str(self.element)
 
 
+def refuse_host_memory(value: Any, what: str) -> None:
+    """Raise InputError, saying what to pass instead, for an array in host memory: a NumPy array (or
+    anything with ``__array_interface__`` and no ``__cuda_array_interface__``) or a PyTorch CPU tensor."""
+    from autotune.errors import InputError
+
+    if is_torch(value) and getattr(getattr(value, "device", None), "type", None) == "cpu":
+        raise InputError(what, "a PyTorch tensor on the CPU", "a CUDA tensor: x.cuda() moves it to the GPU")
+    if isinstance(value, numpy.ndarray) or (hasattr(value, "__array_interface__")
+                                            and not hasattr(value, "__cuda_array_interface__")):
+        raise InputError(what, f"{type(value).__module__}.{type(value).__name__} (host memory)",
+                         "a GPU array: cupy.asarray(x) copies a NumPy array to the GPU")
+
+
+def overlaps(x: Operand, y: Operand) -> bool:
+    """Whether the memory ranges of two operands' elements overlap (they are on one device)."""
+    if x.array is None or y.array is None or x.device != y.device:
+        return False
+    (x_low, x_high), (y_low, y_high) = _extent(x), _extent(y)
+    return x_low < y_high and y_low < x_high
+
+
+def _extent(operand: Operand) -> tuple[int, int]:
+    """The first byte of ``operand``'s elements and the byte past its last."""
+    array = operand.array
+    low = high = operand.pointer
+    for size, stride in zip(array.shape, array.strides):
+        if size == 0:
+            return operand.pointer, operand.pointer
+        low, high = low + min(0, (size - 1) * stride), high + max(0, (size - 1) * stride)
+    return low, high + array.itemsize
+
+
 def describe(array: Any, device: int, pointer: int) -> Operand:
     """An Operand for an array with numpy-like ``shape``, ``dtype`` and ``flags``."""
     return Operand(array, array.shape, array.dtype, array.flags.c_contiguous, pointer, device)
@@ -43,7 +77,12 @@ def is_torch(value: Any) -> bool:
 
 
 def as_cupy(value: Any, what: str):
-    """A CuPy view of ``value`` (a CuPy array, an object with ``__cuda_array_interface__`` or DLPack)."""
+    """A CuPy view of ``value`` (a CuPy array, an object with ``__cuda_array_interface__`` or DLPack).
+
+    Raises:
+        InputError: an array in host memory, or anything else that is not a GPU array.
+    """
+    refuse_host_memory(value, what)
     cupy = _cupy()
     if type(value) is cupy.ndarray or isinstance(value, cupy.ndarray):
         return value

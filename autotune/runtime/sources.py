@@ -87,7 +87,7 @@ def _user_store():
     if url is None:
         return None
     try:
-        return ResultStore(url)
+        return ResultStore(url, read_only=True)
     except AutotuneError:
         return None  # an unreadable database is the CLI's business; the runtime falls through to shipped results
 
