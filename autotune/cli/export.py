@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.text import printable
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
 from autotune.export.writers import WRITERS, writer
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
-    print(f"exported {fmt} for {table.scope} ({table.arch}; measured on {_shown(', '.join(table.measured_on))}) "
+    print(f"exported {fmt} for {table.scope} ({table.arch}; measured on {printable(', '.join(table.measured_on))}) "
           f"from {table.source} to {out}")
     rows = []
     for dtype, dtype_table in table.dtypes.items():
@@ -89,8 +90,3 @@ def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
                          f"{ratio:.3f}x" if ratio else "-"])
     print(text_table(["dtype", "tuned shape", "kernel", "ms", "vs cuBLAS"], rows))
     print(f"{len(written)} files written, e.g. {written[0]}")
-
-
-def _shown(text: str) -> str:
-    """Text from a database as one line of printable characters."""
-    return "".join(c if c.isprintable() else "?" for c in text)
