@@ -153,6 +153,8 @@ class _TensorMapEntry:
 ARCH_SUFFIXES = ("", "a", "f")
 MAX_KNOB_VALUE = 2**31 - 1
 _LAUNCH_KEYS = ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")
+MAX_TEMPLATE_BYTES = 1 << 20  # the largest template file
+MAX_TEMPLATES = 256  # the most template files one family's template may import or include
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -310,6 +312,12 @@ class SearchSpace:
         return functools.reduce(lambda a, b: a * len(b), self.knobs.values(), 1)
 
     @functools.cached_property
+    def shipped(self) -> bool:
+        """Whether this family ships with autotune (its file is one of ``search_spaces/``): its templates
+        are part of autotune, not a user's."""
+        return self.path.resolve().parent == data_dir("search_spaces").resolve()
+
+    @functools.cached_property
     def template_hash(self) -> str:
         """Hash of the template, the templates it imports and this space file: part of every result's key."""
         try:
@@ -318,6 +326,9 @@ class SearchSpace:
         except (OSError, UnicodeDecodeError, jinja2.TemplateError) as error:
             raise SpaceError(f"{self.path.name}: template {self.template!r} in {self.template_dir}: "
                              f"{_one_line(error)}") from None
+        except RecursionError:
+            raise SpaceError(f"{self.path.name}: template {self.template!r} in {self.template_dir} nests too "
+                             "deeply to read") from None
         return hashlib.sha256("\0".join([*texts, self.source_text]).encode()).hexdigest()[:16]
 
     def target(self, gpu: GpuSpec) -> str:
@@ -417,17 +428,27 @@ _PARSER = jinja2.sandbox.SandboxedEnvironment()
 
 
 def _template_files(template_dir: Path, name: str) -> list[str]:
-    """``name`` and every template it imports or includes, each once; each a file inside ``template_dir``."""
+    """``name`` and every template it imports or includes, each once; each a file inside ``template_dir``
+    of at most MAX_TEMPLATE_BYTES, and at most MAX_TEMPLATES of them."""
     found: list[str] = []
     pending = [name]
     while pending:
         current = pending.pop(0)
         if current in found:
             continue
+        if len(found) >= MAX_TEMPLATES:
+            raise jinja2.TemplateError(f"more than {MAX_TEMPLATES} templates")
         found.append(current)
-        source = inside_folder(template_dir, current).read_text()
+        source = read_template(inside_folder(template_dir, current))
         pending += [ref for ref in jinja2.meta.find_referenced_templates(_PARSER.parse(source)) if ref]
     return found
+
+
+def read_template(path: Path) -> str:
+    """The text of a template file, refused (TemplateError) where it is larger than MAX_TEMPLATE_BYTES."""
+    if path.stat().st_size > MAX_TEMPLATE_BYTES:
+        raise jinja2.TemplateError(f"{path.name} is larger than {MAX_TEMPLATE_BYTES} bytes")
+    return path.read_text()
 
 
 def inside_folder(folder: Path, name: str) -> Path:
