@@ -5,9 +5,10 @@ a header folder, a file beside the including file, which for the source itself
 is the working directory), and what it reads lands in its error log. A family's
 template may come from someone else, so the source it renders may include only
 
-* files of the family's own folder, named relative to it, as ``"name"`` or
-  ``<name>``: these are read here and handed to NVRTC in memory
-  (:func:`family_headers`), which it takes before any file; and
+* header files of the family's own folder (``.h``, ``.cuh``, ...; no hidden
+  ones), named relative to it, as ``"name"`` or ``<name>``: these are read here
+  and handed to NVRTC in memory (:func:`family_headers`), which it takes before
+  any file; and
 * CUDA headers, as ``<name>``: NVRTC looks for those in the CUDA header folders
   it is given (:func:`autotune.kernel.compile.include_dirs`) and among its
   built-in headers, never beside the including file. A name that leads out of
@@ -40,14 +41,16 @@ from autotune.errors import SpaceError
 MAX_HEADERS = 64  # files of a family's folder one kernel may include
 MAX_HEADER_BYTES = 1 << 20  # the largest such file
 MAX_NAME_CHARS = 255
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".cu")  # what a family's own headers are named
 
 DIRECTIVES = frozenset({"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
                         "pragma", "error", "warning", "line", "include"})
 FILE_DIRECTIVES = frozenset({"include", "include_next", "import", "embed"})  # directives that read a file
-FILE_OPERATORS = frozenset({"__has_include", "__has_include_next", "__has_embed"})
+FILE_OPERATORS = ("__has_include", "__has_include_next", "__has_embed")  # operators that look for a file
 
 _NAME = re.compile(r"[A-Za-z0-9_+.-]+(?:/[A-Za-z0-9_+.-]+)*")
-_CODE = r"""(?:\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*|[A-Za-z_][A-Za-z0-9_]*|[!$&()*+,\-.:;<=>?@\[\]^`{|}~])"""
+_PP_NUMBER = r"\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*"  # 1'000'000 holds no character literal
+_CODE = rf"(?:{_PP_NUMBER}|[A-Za-z_][A-Za-z0-9_]*|[!$&()*+,\-.:;<=>?@\[\]^`{{|}}~])"  # all punctuation but # % /
 _TOKEN = re.compile(rf"""
     (?P<newline>\n)
   | (?P<space>[ \t\f\v]+)
@@ -58,8 +61,8 @@ _TOKEN = re.compile(rf"""
   | (?P<identifier>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<code>(?:{_CODE}|[ \t\f\v])*{_CODE})
   | (?P<operator>[%/])
-""", re.VERBOSE | re.DOTALL)  # code: pp-numbers (with ' separators), names and punctuation but % and /, in runs
-_FILE_OPERATOR = re.compile(r"\b__has_(?:include|include_next|embed)\b")
+""", re.VERBOSE | re.DOTALL)  # an unclosed literal ends with its line, as the preprocessor ends it
+_FILE_OPERATOR = re.compile(rf"\b(?:{'|'.join(FILE_OPERATORS)})\b")
 _RAW_PREFIX = re.compile(r"(?<![A-Za-z0-9_])(?:u8|[uUL])?R\Z")
 _LOOSE_INCLUDE = re.compile(r"""(?:\#|%:)[^\n"<]{0,80}?include\w*\s*["<]\s*(/|[^">\n]*\.\.)""")
 
@@ -266,9 +269,9 @@ def _checked(where: str, text: str) -> tuple[Include, ...]:
 def _check_name(where: str, include: Include) -> Include:
     name = include.name
     parts = name.split("/")
-    if len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name) or any(part in (".", "..") for part in parts):
+    if len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name) or any(part.startswith(".") for part in parts):
         raise IncludeError(f"{where} includes {_clip(str(include))}: expected a relative path of letters, digits "
-                           "and _ + . - with no . or .. part")
+                           "and _ + . - with no part that starts with . (no .., no hidden files)")
     return include
 
 
@@ -281,6 +284,9 @@ def _local_file(folder: Path, include: Include) -> Path | None:
     resolved = path.resolve()
     if not resolved.is_relative_to(folder) or not resolved.is_file():
         raise IncludeError(f"#include {include}: {include.name} is not a file inside {folder}")
+    if path.suffix not in HEADER_SUFFIXES:
+        raise IncludeError(f"#include {include}: of its own folder a family includes header files only "
+                           f"({', '.join(HEADER_SUFFIXES)})")
     return resolved
 
 

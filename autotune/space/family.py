@@ -494,8 +494,9 @@ def read_template(path: Path) -> str:
 
 def inside_folder(folder: Path, name: str) -> Path:
     """The file ``name`` in ``folder``, refused (TemplateNotFound) where it is not a plain name of a
-    file inside it or a link leads out of it."""
-    if not isinstance(name, str) or ".." in name.split("/") or name.startswith("/"):
+    file inside it, a link leads out of it, or a part of it is hidden (``.ssh/...``: a family kept in a
+    home folder does not give its templates the dot files there)."""
+    if not isinstance(name, str) or name.startswith("/") or any(part.startswith(".") for part in name.split("/")):
         raise jinja2.TemplateNotFound(str(name))
     folder = Path(folder).resolve()
     path = (folder / name).resolve()
