@@ -93,7 +93,8 @@ def includes(code: str) -> tuple[Include, ...]:
     text = _spliced(code)
     match = _LOOSE_INCLUDE.search(text)
     if match:  # whatever the lexing below makes of it
-        raise IncludeError(f"includes {_clip(match.group(0))!r}: absolute paths and .. are never included")
+        line = text[match.start():].split("\n", 1)[0]
+        raise IncludeError(f"{_clip(line)!r}: absolute paths and .. are never included")
     return tuple(_Lexer(text).includes())
 
 
@@ -194,7 +195,7 @@ class _Lexer:
             kind = match.lastgroup
             if kind == "open_comment":
                 raise IncludeError("the source holds a /* comment that never ends")
-            if kind == "literal" and _RAW_PREFIX.search(self.text, max(0, self.position - 4), self.position):
+            if kind == "literal" and match.group()[0] == '"' and _raw_prefix(self.text, self.position):
                 raise IncludeError("the source holds a raw string literal")
             self.position = match.end()
             if skip_space and kind in ("space", "comment"):
@@ -310,6 +311,11 @@ def _check_cuda_header(where: str, include: Include, cuda_dirs: tuple[str, ...],
         path = folder / include.name
         if os.path.lexists(path) and not path.resolve().is_relative_to(folder.resolve()):
             raise IncludeError(f"{where} includes {include}, which leads out of the CUDA headers ({folder})")
+
+
+def _raw_prefix(text: str, position: int) -> bool:
+    """Whether the string literal at ``position`` is a raw one (``R"(...)"``, ``u8R"(...)"``, ...)."""
+    return _RAW_PREFIX.search(text, max(0, position - 3), position) is not None  # looks behind its start too
 
 
 def _clip(text: str, length: int = 80) -> str:

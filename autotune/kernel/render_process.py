@@ -24,7 +24,9 @@ from autotune.errors import SpaceError
 
 RENDER_SECONDS = 20.0  # the longest a render may take, its template compiled included
 RENDER_MEMORY_BYTES = 1 << 30  # the address space a render may take beyond the process's own at its start
+START_SECONDS = 120.0  # the longest the process may take to start (a loaded machine), before any render
 STOP_WAIT_S = 5.0
+_READY = "ready"
 
 Renderer = Callable[[str, str, dict], str]  # (template folder, template, variables) -> source
 
@@ -62,22 +64,26 @@ class RenderProcess:
             raise SpaceError(value)
         return value
 
-    def close(self) -> None:
-        """Stop the process, if one is running."""
-        with self._lock:
-            self._stop()
-
     def _started(self):
-        if self._process is None or not self._process.is_alive():
+        """The pipe to a running render process, started (and waited for) where none runs."""
+        if self._process is not None and self._process.is_alive():
+            return self._connection
+        self._stop()
+        context = multiprocessing.get_context("spawn")
+        mine, theirs = context.Pipe()
+        self._process = context.Process(target=_serve, args=(theirs, self.renderer), daemon=True,
+                                        name="autotune-render")
+        self._process.start()
+        theirs.close()
+        self._connection = mine
+        try:
+            ready = mine.poll(START_SECONDS) and mine.recv() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
             self._stop()
-            context = multiprocessing.get_context("spawn")
-            mine, theirs = context.Pipe()
-            self._process = context.Process(target=_serve, args=(theirs, self.renderer), daemon=True,
-                                            name="autotune-render")
-            self._process.start()
-            theirs.close()
-            self._connection = mine
-        return self._connection
+            raise SpaceError(f"the render process did not start within {START_SECONDS:g} s")
+        return mine
 
     def _stop(self) -> None:
         if self._connection is not None:
@@ -94,6 +100,7 @@ def _serve(connection, renderer: Renderer) -> None:
     reports, running out of memory, nesting too deep) go back as messages; Ctrl-C is the parent's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory()
+    connection.send(_READY)
     while True:
         try:
             template_dir, template, variables = connection.recv()
