@@ -1,4 +1,4 @@
-"""The small expression language of space files, and the format of rule reasons.
+"""The small expression language of space files and launch contracts, and the format of rule reasons.
 
 Space files come from other people, so both are bounded: an expression is a
 whitelisted subset of Python over knob and derived names and a few numeric
@@ -6,6 +6,17 @@ fields of ``gpu`` and ``problem``, short, with exponents that are small integer
 literals and values that stay within 64 bits; a reason is text with plain
 ``{NAME}`` fields of knob and derived values and a few ``{gpu.FIELD}`` fields,
 with no attribute walks, indexing, conversions or format specs.
+
+A launch contract holds the part of the language that is left once a config's
+knob values are folded in (:meth:`Expression.over_sizes`): a
+:class:`SizeExpression`, an integer expression over the problem sizes ``M``,
+``N`` and ``K`` that Python evaluates and C prints (:meth:`SizeExpression.to_c`)
+alike. Contracts are read from table files too, so a size expression is checked
+when it is made: it divides only by values that are at least 1 and only values
+that are not negative, for every size (so C's division is Python's floor division
+and nothing divides by zero), and :meth:`SizeExpression.bounds` says the least and
+greatest values it takes over a range of sizes (so a table can refuse one that
+leaves 64 bits).
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ import ast
 import keyword
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from autotune.errors import SpaceError
@@ -147,6 +158,18 @@ class Expression:
             raise SpaceError(f"{self.where}: {self.text!r} is out of range (|value| >= 2**63)")
         return value
 
+    def over_sizes(self, names: dict[str, Any]) -> SizeExpression:
+        """This expression with its knob and derived values and ``gpu.FIELD`` taken from ``names`` (which
+        holds ``gpu``), ``problem.m``, ``problem.n`` and ``problem.k`` written ``M``, ``N`` and ``K``, and
+        every part that reads none of those computed: ``cdiv(problem.n, BN)`` with BN = 128 is ``cdiv(N, 128)``.
+
+        Raises:
+            SpaceError: a part that reads the sizes is not of the language of :class:`SizeExpression`, or a
+                part computed is not an integer.
+        """
+        folded = _fold(ast.parse(self.text, mode="eval").body, names, f"{self.where}: {self.text!r}")
+        return SizeExpression(ast.unparse(folded), self.where)
+
 
 class Reason:
     """A rule's reason: text with ``{NAME}`` fields (knob and derived values) and ``{gpu.FIELD}``
@@ -203,3 +226,264 @@ def _check_reason_field(field: str, spec: str | None, conversion: str | None, te
         return
     raise SpaceError(f"{where}: reason {text!r}: field {{{field}}} is not a knob, a derived value or "
                      f"gpu.FIELD with FIELD one of {', '.join(sorted(GPU_REASON_FIELDS))}")
+
+
+# -- expressions over the problem sizes: what a launch contract holds ------------------------------------------
+
+SIZES = ("M", "N", "K")
+PROBLEM_SIZES = {"m": "M", "n": "N", "k": "K"}  # problem.m in a space file is M in a size expression
+MAX_SIZE = 2**31 - 1  # the largest M, N or K a kernel is launched on (the sizes are 32-bit ints)
+MAX_SIZE_EXPRESSION_CHARS = 1000
+MAX_SIZE_EXPRESSION_DEPTH = 32  # nested operations
+MAX_CONSTANT = 2**31  # every integer written in a size expression is smaller than this in magnitude
+Domain = Mapping[str, tuple[int, int]]  # each size's least and greatest value
+EVERY_SIZE: Domain = {size: (1, MAX_SIZE) for size in SIZES}
+
+_SIZE_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}  # Python -> C
+_SIZE_COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_SIZE_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.Compare, ast.IfExp, ast.Call, ast.Name,
+               ast.Load, ast.Constant, *_SIZE_OPERATORS, *_SIZE_COMPARISONS)
+
+
+class SizeExpression:
+    """An integer expression over ``M``, ``N`` and ``K``: integers, ``+ - * // %``, unary ``-``, ``cdiv(a, b)``
+    (the ceiling of a / b), ``min(a, b)``, ``max(a, b)``, comparisons (1 or 0) and ``a if cond else b``.
+
+    Args:
+        text: the expression, e.g. ``cdiv(N, 128) * 2``.
+        where: what it is, for error messages (a kernel's grid, say).
+
+    Raises:
+        SpaceError: the text is too long or too deep, does not parse, holds a comment or anything
+            outside the language, or divides by a value that can be below 1 (or divides a value that
+            can be negative) for some sizes from 1 to MAX_SIZE.
+    """
+
+    def __init__(self, text: object, where: str = "expression"):
+        if not isinstance(text, str):
+            raise SpaceError(f"{where}: {text!r} is not an expression over M, N and K (a string)")
+        if len(text) > MAX_SIZE_EXPRESSION_CHARS:
+            raise SpaceError(f"{where}: expression of {len(text)} characters; at most {MAX_SIZE_EXPRESSION_CHARS}")
+        if "#" in text or not text.isprintable():
+            raise SpaceError(f"{where}: {text!r} holds a comment or a control character")
+        try:
+            tree = ast.parse(text, mode="eval")
+        except (SyntaxError, RecursionError, MemoryError) as error:
+            raise SpaceError(f"{where}: cannot parse {text!r}: {getattr(error, 'msg', type(error).__name__)}") from None
+        self.text, self.where = text, where
+        _check_depth(tree.body, MAX_SIZE_EXPRESSION_DEPTH, f"{where}: {text!r}")
+        for node in ast.walk(tree):
+            self._check_node(node)
+        called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        if any(isinstance(node, ast.Name) and node.id in FUNCTIONS and id(node) not in called for node in ast.walk(tree)):
+            raise SpaceError(f"{where}: {text!r}: {', '.join(FUNCTIONS)} may only be called")
+        self._body = tree.body
+        self.bounds(EVERY_SIZE)  # divides safely for every size
+        self._function = _sizes_function([tree.body], f"<{where}>")
+
+    def _check_node(self, node: ast.AST) -> None:
+        refuse = f"{self.where}: {self.text!r}"
+        if not isinstance(node, _SIZE_NODES):
+            raise SpaceError(f"{refuse}: {type(node).__name__} is not part of an expression over M, N and K")
+        if isinstance(node, ast.Name) and node.id not in SIZES and node.id not in FUNCTIONS:
+            raise SpaceError(f"{refuse}: unknown name {node.id!r} (expected M, N or K)")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS
+                                               and len(node.args) == 2 and not node.keywords):
+            raise SpaceError(f"{refuse}: only {', '.join(FUNCTIONS)} of two values may be called")
+        if isinstance(node, ast.Constant) and (type(node.value) is not int or abs(node.value) >= MAX_CONSTANT):
+            raise SpaceError(f"{refuse}: {node.value!r} is not an integer below 2**31")
+
+    def __call__(self, m: int, n: int, k: int) -> int:
+        """The value at an ``m x n x k`` problem."""
+        return self._function(m, n, k)[0]
+
+    def bounds(self, domain: Domain, limit: int | None = None) -> tuple[int, int]:
+        """The least and greatest values over the sizes of ``domain`` (each size's least and greatest);
+        SpaceError where it divides unsafely there, or where a part of it reaches ``limit`` in magnitude."""
+        return _bounds(self._body, domain, limit, f"{self.where}: {self.text!r}")
+
+    def to_c(self) -> str:
+        """The expression in C over ``int64_t M, N, K`` (``cdiv``, ``min`` and ``max`` become the macros
+        ``AUTOTUNE_CDIV``, ``AUTOTUNE_MIN`` and ``AUTOTUNE_MAX``)."""
+        return _c(self._body)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SizeExpression) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"SizeExpression({self.text!r})"
+
+    def __reduce__(self):
+        return SizeExpression, (self.text, self.where)
+
+
+def _fold(node: ast.expr, names: dict[str, Any], refuse: str) -> ast.expr:
+    """``node`` with every part free of ``problem.m/n/k`` computed from ``names`` and those written M, N, K."""
+    if not _reads_sizes(node):
+        return ast.Constant(_integer(node, names, refuse))
+    if isinstance(node, ast.Attribute):
+        return ast.Name(PROBLEM_SIZES[node.attr], ast.Load())
+    if isinstance(node, ast.IfExp):
+        test = _fold(node.test, names, refuse)
+        if isinstance(test, ast.Constant):
+            return _fold(node.body if test.value else node.orelse, names, refuse)
+        return ast.IfExp(test, _fold(node.body, names, refuse), _fold(node.orelse, names, refuse))
+    if isinstance(node, ast.BinOp) and type(node.op) in _SIZE_OPERATORS:
+        return _simplify(ast.BinOp(_fold(node.left, names, refuse), node.op, _fold(node.right, names, refuse)))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return ast.UnaryOp(ast.USub(), _fold(node.operand, names, refuse))
+    if isinstance(node, ast.Compare):
+        return ast.Compare(_fold(node.left, names, refuse), node.ops,
+                           [_fold(part, names, refuse) for part in node.comparators])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
+        return _simplify(ast.Call(ast.Name(node.func.id, ast.Load()),
+                                  [_fold(argument, names, refuse) for argument in node.args], []))
+    raise SpaceError(f"{refuse}: {ast.unparse(node)} cannot be part of an expression over M, N and K")
+
+
+def _reads_sizes(node: ast.AST) -> bool:
+    return any(isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "problem"
+               and part.attr in PROBLEM_SIZES for part in ast.walk(node))
+
+
+def _integer(node: ast.expr, names: dict[str, Any], refuse: str) -> int:
+    """The value of ``node`` (which reads no problem size) for ``names``: an integer (True is 1)."""
+    code = compile(ast.fix_missing_locations(ast.Expression(node)), refuse, "eval")
+    try:
+        value = eval(code, {"__builtins__": {}, **FUNCTIONS}, names)  # noqa: S307 - part of a checked Expression
+    except ZeroDivisionError:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} divides by zero") from None
+    except (NameError, AttributeError, TypeError, OverflowError, ValueError) as error:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} cannot be computed: {error}") from None
+    if isinstance(value, bool):
+        value = int(value)
+    if type(value) is not int or abs(value) >= MAX_CONSTANT:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} is {value!r}, not an integer below 2**31")
+    return value
+
+
+def _simplify(node: ast.expr) -> ast.expr:
+    """Drop the identities a substitution leaves behind: ``1 * x``, ``x * 1``, ``x // 1``, ``x + 0``,
+    ``x - 0`` and ``cdiv(x, 1)``."""
+    def is_constant(part: ast.expr, value: int) -> bool:
+        return isinstance(part, ast.Constant) and part.value == value
+
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Mult) and is_constant(node.left, 1):
+            return node.right
+        if isinstance(node.op, (ast.Mult, ast.FloorDiv)) and is_constant(node.right, 1):
+            return node.left
+        if isinstance(node.op, (ast.Add, ast.Sub)) and is_constant(node.right, 0):
+            return node.left
+    if isinstance(node, ast.Call) and node.func.id == "cdiv" and is_constant(node.args[1], 1):  # type: ignore[attr-defined]
+        return node.args[0]
+    return node
+
+
+def sizes_function(expressions: Iterable[SizeExpression]) -> Callable[[int, int, int], tuple[int, ...]]:
+    """One function of ``(M, N, K)`` giving the values of ``expressions`` (a launcher's hot path)."""
+    expressions = list(expressions)
+    return _sizes_function([e._body for e in expressions], f"<{', '.join(e.where for e in expressions)}>")
+
+
+def _sizes_function(bodies: list[ast.expr], name: str) -> Callable[[int, int, int], tuple[int, ...]]:
+    """``lambda M, N, K: (int(body), ...)`` compiled from the checked trees (never from text)."""
+    arguments = ast.arguments(posonlyargs=[], args=[ast.arg(size) for size in SIZES], kwonlyargs=[],
+                              kw_defaults=[], defaults=[])
+    values = [ast.Call(ast.Name("int", ast.Load()), [body], []) for body in bodies]
+    tree = ast.Expression(ast.Lambda(arguments, ast.Tuple(values, ast.Load())))
+    code = compile(ast.fix_missing_locations(tree), name, "eval")
+    return eval(code, {"__builtins__": {"int": int}, **FUNCTIONS})  # noqa: S307 - a checked size expression
+
+
+def _check_depth(node: ast.AST, limit: int, refuse: str) -> None:
+    level = [node]
+    for _ in range(limit):
+        level = [child for parent in level for child in ast.iter_child_nodes(parent)
+                 if not isinstance(child, (ast.Load, ast.operator, ast.cmpop, ast.unaryop))]
+        if not level:
+            return
+    raise SpaceError(f"{refuse}: nested more than {limit} deep")
+
+
+def _bounds(node: ast.AST, domain: Domain, limit: int | None, refuse: str) -> tuple[int, int]:
+    """Interval arithmetic over ``domain``: the least and greatest value of ``node``."""
+    if isinstance(node, ast.Constant):
+        low = high = int(node.value)
+    elif isinstance(node, ast.Name):
+        low, high = domain[node.id]
+    elif isinstance(node, ast.UnaryOp):
+        inner = _bounds(node.operand, domain, limit, refuse)
+        low, high = -inner[1], -inner[0]
+    elif isinstance(node, ast.BinOp):
+        low, high = _operate(type(node.op), _bounds(node.left, domain, limit, refuse),
+                             _bounds(node.right, domain, limit, refuse), node, refuse)
+    elif isinstance(node, ast.Call):
+        function = node.func.id  # type: ignore[attr-defined]
+        left, right = (_bounds(argument, domain, limit, refuse) for argument in node.args)
+        if function == "cdiv":
+            low, high = _operate("cdiv", left, right, node, refuse)
+        else:
+            pick = min if function == "min" else max
+            low, high = pick(left[0], right[0]), pick(left[1], right[1])
+    elif isinstance(node, ast.Compare):
+        for part in (node.left, *node.comparators):
+            _bounds(part, domain, limit, refuse)
+        low, high = 0, 1
+    elif isinstance(node, ast.IfExp):
+        _bounds(node.test, domain, limit, refuse)
+        body, orelse = _bounds(node.body, domain, limit, refuse), _bounds(node.orelse, domain, limit, refuse)
+        low, high = min(body[0], orelse[0]), max(body[1], orelse[1])
+    else:
+        raise SpaceError(f"{refuse}: {type(node).__name__} is not part of an expression over M, N and K")
+    if limit is not None and max(-low, high) >= limit:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} reaches {high if high >= -low else low}, "
+                         f"beyond the 64-bit range, for sizes up to {_largest(domain)}")
+    return low, high
+
+
+def _operate(op, left: tuple[int, int], right: tuple[int, int], node: ast.AST, refuse: str) -> tuple[int, int]:
+    if op in (ast.Add, ast.Sub, ast.Mult):
+        if op is ast.Add:
+            return left[0] + right[0], left[1] + right[1]
+        if op is ast.Sub:
+            return left[0] - right[1], left[1] - right[0]
+        products = [a * b for a in left for b in right]
+        return min(products), max(products)
+    if right[0] < 1:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} divides by a value that can be {right[0]} "
+                         "(a divisor must be at least 1 for every M, N and K)")
+    if left[0] < 0:
+        raise SpaceError(f"{refuse}: {ast.unparse(node)} divides a value that can be {left[0]} "
+                         "(what is divided must not be negative for any M, N and K)")
+    if op is ast.Mod:
+        return 0, min(left[1], right[1] - 1)
+    if op is ast.FloorDiv:
+        return left[0] // right[1], left[1] // right[0]
+    return -(-left[0] // right[1]), -(-left[1] // right[0])  # cdiv
+
+
+def _largest(domain: Domain) -> str:
+    return ", ".join(f"{size} {domain[size][1]}" for size in SIZES)
+
+
+def _c(node: ast.AST) -> str:
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.UnaryOp):
+        return f"(-{_c(node.operand)})"
+    if isinstance(node, ast.BinOp):
+        return f"({_c(node.left)} {_SIZE_OPERATORS[type(node.op)]} {_c(node.right)})"
+    if isinstance(node, ast.Compare):  # a chain a < b < c is (a < b) && (b < c), as in Python
+        sides = [node.left, *node.comparators]
+        parts = [f"({_c(left)} {_SIZE_COMPARISONS[type(op)]} {_c(right)})"
+                 for left, op, right in zip(sides, node.ops, sides[1:])]
+        return parts[0] if len(parts) == 1 else "(" + " && ".join(parts) + ")"
+    if isinstance(node, ast.IfExp):
+        return f"({_c(node.test)} ? {_c(node.body)} : {_c(node.orelse)})"
+    return f"AUTOTUNE_{node.func.id.upper()}({', '.join(_c(a) for a in node.args)})"  # type: ignore[attr-defined]

@@ -15,8 +15,8 @@ import statistics
 
 from recorded import add_problem_arguments, best_recorded
 
-from autotune.gpu.worker import EnergyTask
 from autotune.records import Failure
+from autotune.search.evaluate import Measuring, energy_window
 
 
 def spread(values: list[float]) -> float:
@@ -30,10 +30,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     args = parser.parse_args()
     with best_recorded(args) as (worker, problem, config, task):
+        measuring = Measuring(problem, energy_seconds=args.seconds)
         for label, kernel in ((config.name, task), ("cuBLAS", None)):
             windows = []
             for _ in range(args.times):
-                window = worker.run(EnergyTask(kernel, problem, 0, args.seconds), timeout_s=120.0)
+                window = energy_window(worker, measuring, kernel)
                 if isinstance(window, Failure):
                     raise SystemExit(f"{label}: {window.failure_class}: {window.message}")
                 windows.append(window)

@@ -22,14 +22,13 @@ from collections.abc import Iterator
 
 from recorded import add_problem_arguments, best_recorded
 
-from autotune.errors import InputError
-from autotune.gpu.worker import CublasTask, GpuWorker
+from autotune.errors import InputError, SearchError
+from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GPUS
-from autotune.kernel.compile import compile_kernel
-from autotune.kernel.render import render
+from autotune.kernel.build import build_kernel
 from autotune.problem import make_problem
 from autotune.records import Failure
-from autotune.search.search import kernel_task, pooled
+from autotune.search.evaluate import Measuring, pooled, run_candidate, run_cublas
 from autotune.space.family import Config, SearchSpace, families_for_dtype, load_space
 
 
@@ -43,11 +42,12 @@ def main() -> None:
     chosen = named_config(args, warmup=10, repeats=args.repeats) if args.config else \
         best_recorded(args, warmup=10, repeats=args.repeats)
     with chosen as (worker, problem, config, task):
-        cublas_task = CublasTask(problem, 0, 10, args.repeats)
+        measuring = Measuring(problem, 0, 10, args.repeats)
         rounds = []  # (cuBLAS first?, cuBLAS measurement, config measurement)
         for round_ in range(1, args.rounds + 1):
             cublas_first = round_ % 2 == 1
-            cublas, kernel = _measure_pair(worker, cublas_task, task, cublas_first, config.name)
+            latest_cublas_ms = rounds[-1][1].timing.median_ms if rounds else None
+            cublas, kernel = _measure_pair(worker, measuring, task, cublas_first, config.name, latest_cublas_ms)
             rounds.append((cublas_first, cublas, kernel))
             print(f"  round {round_:2d}: cuBLAS {cublas.timing.median_ms:.5f} ms, config {kernel.timing.median_ms:.5f} ms,"
                   f" ratio {cublas.timing.median_ms / kernel.timing.median_ms:.3f}x  ({kernel.sm_clock_mhz} MHz;"
@@ -74,12 +74,11 @@ def named_config(args, warmup: int, repeats: int) -> Iterator[tuple]:
         raise SystemExit(str(error)) from None
     with GpuWorker() as worker:
         gpu = GPUS[worker.environment().gpu_key]
-        task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
-                           seed=0, warmup=warmup, repeats=repeats)
-        if isinstance(task, Failure):
-            raise SystemExit(f"{config.name}: {task.failure_class}: {task.message}")
+        built = build_kernel(space, config, gpu, problem)
+        if isinstance(built, Failure):
+            raise SystemExit(f"{config.name}: {built.failure_class}: {built.message}")
         print(f"{problem.shape} {problem.dtype} on {gpu.key}: {config.name}")
-        yield worker, problem, config, task
+        yield worker, problem, config, Measuring(problem, 0, warmup, repeats).task(built)
 
 
 def parse_config_name(name: str, families: list[str]) -> tuple[SearchSpace, Config]:
@@ -100,15 +99,17 @@ def parse_config_name(name: str, families: list[str]) -> tuple[SearchSpace, Conf
     return space, space.config(values)
 
 
-def _measure_pair(worker, cublas_task, kernel_task, cublas_first: bool, kernel_label: str):
-    """(cuBLAS, config) measurements, run in the order asked; exits on a failure."""
-    order = [("cuBLAS", cublas_task), (kernel_label, kernel_task)]
-    results = {}
-    for label, task in order if cublas_first else order[::-1]:
-        results[label] = worker.run(task, timeout_s=120.0)
-        if isinstance(results[label], Failure):
-            raise SystemExit(f"{label}: {results[label].failure_class}: {results[label].message}")
-    return results["cuBLAS"], results[kernel_label]
+def _measure_pair(worker, measuring: Measuring, task, cublas_first: bool, label: str, latest_cublas_ms: float | None):
+    """(cuBLAS, config) measurements, run in the order asked, each as a search runs it (the config's
+    timeout from the latest cuBLAS time); exits on a failure."""
+    try:
+        cublas = run_cublas(worker, measuring) if cublas_first else None
+        kernel = run_candidate(worker, task, measuring, cublas.timing.median_ms if cublas else latest_cublas_ms)
+        if isinstance(kernel, Failure):
+            raise SystemExit(f"{label}: {kernel.failure_class}: {kernel.message}")
+        return cublas or run_cublas(worker, measuring), kernel
+    except SearchError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _ratio(problem, rounds) -> float:

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 
 from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GPUS
-from autotune.kernel.compile import compile_kernel
-from autotune.kernel.render import render
+from autotune.kernel.build import build_kernel
 from autotune.problem import make_problem
 from autotune.records import Failure
 from autotune.results import ResultStore, default_url
-from autotune.search.search import kernel_task
+from autotune.search.evaluate import Measuring
 from autotune.space.family import families_for_dtype, load_space
 
 
@@ -45,9 +44,8 @@ def best_task(store, gpu, problem, warmup: int = 3, repeats: int = 10):
     candidates = [(load_space(r.family), load_space(r.family).config(r.params)) for r in rows] \
         or [(fallback, fallback.seeds[0])]
     for space, config in candidates:
-        task = kernel_task(space, config, compile_kernel(render(space, config, gpu)), gpu, problem,
-                           seed=0, warmup=warmup, repeats=repeats)
-        if not isinstance(task, Failure):
-            return config, task
-        print(f"skipped {config.name}: {task.message}")
+        built = build_kernel(space, config, gpu, problem)
+        if not isinstance(built, Failure):
+            return config, Measuring(problem, 0, warmup, repeats).task(built)
+        print(f"skipped {config.name}: {built.message}")
     raise SystemExit("no recorded config compiles clean here")

@@ -34,10 +34,10 @@ def judge(table, results, shapes):
     scaled, nearest = [], []
     for shape in shapes:
         measured = results.shapes.get(shape)
-        pick = table.pick(measured.problem) if measured else None
+        pick = table.pick(*shape) if measured else None
         if pick is None:
             continue
-        for kernel, into in ((pick.kernel.name, scaled), (pick.rule.kernel.name, nearest)):
+        for kernel, into in ((pick.kernel, scaled), (pick.rule.kernel, nearest)):
             if kernel in measured.ms:
                 into.append(measured.best_ms / measured.ms[kernel])
     return scaled, nearest
@@ -55,11 +55,11 @@ def main() -> None:
     train, held = read_shapes(args.train), read_shapes(args.hold_out)
     store = ResultStore(args.db)
     for dtype in args.dtype:
-        results = gather(store, gpu.key, dtype)
+        results = gather(store, gpu.key, dtype, gpu.sm)
         training = results.without(s for s in results.shapes if s not in set(train))
         table = table_from(training, gpu)
         scaled, nearest = judge(table, results, held)
-        print(f"{dtype}, {len(table.kernels)} kernels, held out ({args.hold_out}):")
+        print(f"{dtype}, {len(table.chosen)} kernels, held out ({args.hold_out}):")
         print("  " + summary("scaled times", scaled, len(held)))
         print("  " + summary("nearest shape's fastest", nearest, len(held)))
         loo_scaled, loo_nearest = [], []

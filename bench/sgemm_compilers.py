@@ -238,7 +238,7 @@ def verified_launches(builds: list[Build], problem: GemmProblem, operands, strea
     import cupy
 
     from autotune.gpu import measure
-    from autotune.gpu.worker import verification_problems
+    from autotune.gpu.tasks import verification_problems
 
     references = {}
     for checked in verification_problems(problem):

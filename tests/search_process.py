@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.gpu.worker import FakeBackend, KernelTask
+from autotune.gpu.fake_backend import FakeBackend
+from autotune.gpu.tasks import KernelTask
 
 TINY = Path(__file__).with_name("data") / "tiny.toml"
 

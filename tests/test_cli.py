@@ -208,7 +208,7 @@ def test_bad_objective_is_one_line(command, tmp_path):
 
 def test_shipped_results_import_and_query_offline(tmp_path):
     db = f"sqlite:///{tmp_path}/r.db"
-    imported = autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db)
+    imported = autotune("results", "import", os.path.join(ROOT, "tests", "data", "h200-v1.jsonl"), "--db", db)
     assert imported.returncode == 0, imported.stderr
     assert "measurements added" in imported.stdout
     query = autotune("query", "--gpu", "h200", "--shape", "4096", "--db", db, "--json")
@@ -242,7 +242,7 @@ def test_ladder_with_the_fake_backend_ends_with_the_tuned_config(tmp_path):
 
 def test_query_by_family(tmp_path):
     db = f"sqlite:///{tmp_path}/r.db"
-    assert autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db).returncode == 0
+    assert autotune("results", "import", os.path.join(ROOT, "tests", "data", "h200-v1.jsonl"), "--db", db).returncode == 0
     sgemm = autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "sgemm", "--json")
     assert sgemm.returncode == 0 and all(r["family"] == "sgemm" for r in json.loads(sgemm.stdout))
     other = autotune("query", "--gpu", "h200", "--shape", "2048", "--db", db, "--family", "naive_f32", "--json")
@@ -253,7 +253,7 @@ def test_query_by_family(tmp_path):
 
 def test_selection_table_from_the_shipped_results(tmp_path):
     db = f"sqlite:///{tmp_path}/r.db"
-    assert autotune("results", "import", os.path.join(ROOT, "tuned_db", "h200.jsonl"), "--db", db).returncode == 0
+    assert autotune("results", "import", os.path.join(ROOT, "tests", "data", "h200-v1.jsonl"), "--db", db).returncode == 0
     result = autotune("table", "--gpu", "h200", "--dtype", "f32", "--db", db, "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["shape"]: row for row in json.loads(result.stdout)["rules"]}

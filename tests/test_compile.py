@@ -224,7 +224,7 @@ def test_tma_kernels_take_the_tensor_maps_their_space_names():
     """After the GEMM arguments a TMA kernel takes one 128-byte map per entry of its space file;
     a launch that would pass something else fails before it reaches the GPU."""
     from autotune.kernel.cubin import parameter_sizes
-    from autotune.search.search import kernel_task
+    from autotune.search.evaluate import kernel_task
 
     wgmma, h200, problem = load_space("hgemm_wgmma"), gpu_spec("h200"), make_problem("1024", "f16")
     tma = [s for s in wgmma.seeds if s["TMA"]]

@@ -34,7 +34,7 @@ from autotune.results import store as store_module
 from autotune.results.models import VERSION_TABLE, Environment, Failure, Kernel, Measurement, Problem
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "tuned_db" / "h200.jsonl"
+RESULTS = ROOT / "tests" / "data" / "h200-v1.jsonl"  # H200 results as shipped (their version-1 lines)
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 # One writer process: `count` measurements (a failure every 50th), over 8 kernels, as study "p<proc>".
@@ -134,12 +134,12 @@ def test_eight_processes_write_500_results_each_to_a_fresh_database(fresh_url):
 
 
 def test_concurrent_imports_of_one_file_add_each_row_once(fresh_url):
-    children = [subprocess.Popen([sys.executable, "-m", "autotune", "results", "import", str(SHIPPED),
+    children = [subprocess.Popen([sys.executable, "-m", "autotune", "results", "import", str(RESULTS),
                                   "--db", fresh_url], env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True) for _ in range(4)]
     outputs = [child.communicate(timeout=120) for child in children]
     assert [child.returncode for child in children] == [0] * 4, [err for _, err in outputs]
-    lines = len(SHIPPED.read_text().splitlines())
+    lines = len(RESULTS.read_text().splitlines())
     added = [int(out.split(": ")[1].split(" measurements added")[0]) for out, _ in outputs]
     assert sum(added) == lines and sorted(added)[:3] == [0, 0, 0]  # one import added them, the others found them
     assert _count(fresh_url, Measurement) == lines
@@ -339,7 +339,7 @@ def test_a_password_is_never_shown(tmp_path, monkeypatch):
     assert str(info.value).startswith("cannot open database 'postgresql://tuner:***@db.example:no-port/results': ")
     monkeypatch.setenv("AUTOTUNE_DB", url)
     assert default_url() == url  # a URL in AUTOTUNE_DB is a URL, not a file name
-    done = subprocess.run([sys.executable, "-m", "autotune", "results", "import", str(SHIPPED)],
+    done = subprocess.run([sys.executable, "-m", "autotune", "results", "import", str(RESULTS)],
                           env={**CHILD_ENV, "AUTOTUNE_DB": url}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "hunter2" not in done.stderr + done.stdout and "tuner:***@" in done.stderr
 

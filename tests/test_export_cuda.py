@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InputError
+from autotune.export.compile import compile_table
 from autotune.export.cuda import write_library
 from autotune.kernel_abi import (
     _DATA_TYPES,
@@ -36,15 +37,8 @@ from autotune.kernel_abi import (
     fits_tma,
 )
 from autotune.problem import GemmProblem
-from autotune.select.kernel_table import (
-    DtypeTable,
-    KernelTable,
-    TableError,
-    TableRule,
-    spec_for_arch,
-    table_kernel,
-    with_builds_for_any_shape,
-)
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableRule, spec_for_arch
+from autotune.select.selection import table_kernel, with_builds_for_any_shape
 from autotune.space.family import load_space
 
 FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
@@ -57,9 +51,8 @@ SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERR
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
 ELEMENT_BYTES = {"f32": 4, "f16": 2}
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("cmake") is None or shutil.which("cc") is None or shutil.which("c++") is None,
-    reason="needs cmake and a C and C++ compiler (cc, c++)")
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
+                                reason="needs cmake and a C compiler (cc)")
 
 
 # -- the table and its builds -------------------------------------------------------------
@@ -95,8 +88,8 @@ def _table(with_f16: bool = True) -> KernelTable:
         dtypes["f16"] = DtypeTable((plain, cluster, tma), (
             _rule(1024, 1024, 1024, plain, [tma]), _rule(4096, 4096, 4096, cluster, [plain, tma]),
             _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms)
-    return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
-                       created_at="2026-12-01T00:00:00+00:00", source="tests").compiled()
+    return compile_table(KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
+                                     created_at="2026-12-01T00:00:00+00:00", source="tests"))
 
 
 def _run(*command, **kwargs) -> subprocess.CompletedProcess:
@@ -124,14 +117,29 @@ def table(tables) -> KernelTable:
     return tables[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """A library written and built once for the module: its sources, build folder and configure output."""
+
+    source: Path
+    folder: Path
+    configured: str
+
+
 @pytest.fixture(scope="module")
-def shared_library(table, tmp_path_factory) -> Path:
-    """The full table's library, built shared with every warning an error."""
+def shared_build(table, tmp_path_factory) -> Build:
+    """The full table's library, built shared with every C warning an error, and its example where this
+    machine has a C++ compiler and the CUDA toolkit."""
     root = tmp_path_factory.mktemp("shared")
     write_library(table, root / "lib")
-    _cmake_build(root / "lib", root / "build", "-DBUILD_SHARED_LIBS=ON", "-DAUTOTUNE_GEMM_BUILD_EXAMPLE=OFF",
-                 "-DCMAKE_C_FLAGS=-Wall -Wextra -Wpedantic -Werror")
-    return root / "build" / "libautotune_gemm.so"
+    configured = _cmake_build(root / "lib", root / "build", "-DBUILD_SHARED_LIBS=ON",
+                              "-DCMAKE_C_FLAGS=-Wall -Wextra -Wpedantic -Werror")
+    return Build(root / "lib", root / "build", configured)
+
+
+@pytest.fixture(scope="module")
+def shared_library(shared_build) -> Path:
+    return shared_build.folder / "libautotune_gemm.so"
 
 
 @pytest.fixture(scope="module")
@@ -165,16 +173,25 @@ def _declare(lib) -> None:
 # -- building, installing, linking ------------------------------------------------------------
 
 
-def test_static_build_installs_and_a_c_project_links_it_with_find_package(tables, fake_driver, tmp_path):
-    """The default (static) build, installed; a C consumer finds it, links, and gets "unsupported" for the
-    dtype the table lacks; its sgemm goes through to the (stand-in) driver."""
-    write_library(tables[1], tmp_path / "lib")
-    configured = _cmake_build(tmp_path / "lib", tmp_path / "build")
-    assert (tmp_path / "build" / "libautotune_gemm.a").is_file()
+def test_the_example_is_built_where_a_cxx_compiler_and_the_cuda_toolkit_are_found(shared_build):
     if shutil.which("nvcc"):
-        assert "no CUDA toolkit found" not in configured
-    if "no CUDA toolkit found" not in configured:
-        assert (tmp_path / "build" / "autotune_gemm_example").is_file()
+        assert "no CUDA toolkit found" not in shared_build.configured
+    if shutil.which("c++"):
+        assert "no C++ compiler found" not in shared_build.configured
+    if "examples/example.cpp is not built" not in shared_build.configured:
+        assert (shared_build.folder / "autotune_gemm_example").is_file()
+
+
+def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_with_find_package(
+        tables, fake_driver, tmp_path):
+    """The default (static) build, with the C++ compiler missing: it configures and builds without it and
+    leaves out the example. Installed, a C consumer finds it, links, and gets "unsupported" for the dtype
+    the table lacks; its sgemm goes through to the (stand-in) driver."""
+    write_library(tables[1], tmp_path / "lib")
+    configured = _cmake_build(tmp_path / "lib", tmp_path / "build", "-DCMAKE_CXX_COMPILER=/nonexistent")
+    assert (tmp_path / "build" / "libautotune_gemm.a").is_file()
+    assert "no C++ compiler found, examples/example.cpp is not built" in configured
+    assert not (tmp_path / "build" / "autotune_gemm_example").exists()
     _run("cmake", "--install", tmp_path / "build", "--prefix", tmp_path / "prefix")
     consumer = tmp_path / "consumer"
     consumer.mkdir()
@@ -491,14 +508,17 @@ def test_write_library_refuses_a_kernel_whose_cubin_takes_other_parameters(table
 
 
 def _cublas_flags() -> list[str] | None:
-    """nvcc flags for cuBLAS: the toolkit's, else the nvidia-cublas wheel's; None where neither is there."""
+    """nvcc flags for cuBLAS: the toolkit's, else the nvidia-cublas wheel's (CUDA 13: nvidia/cu13, CUDA 12:
+    nvidia/cublas); None where neither is there."""
     toolkit = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     if (toolkit / "include" / "cublas_v2.h").is_file():
         return ["-lcublas"]
-    spec = importlib.util.find_spec("nvidia.cu13") if importlib.util.find_spec("nvidia") else None
-    for root in map(Path, spec.submodule_search_locations if spec else []):
-        if (root / "include" / "cublas_v2.h").is_file():
-            return [f"-I{root / 'include'}", f"-L{root / 'lib'}", "-l:libcublas.so.13"]
+    for package in ("nvidia.cu13", "nvidia.cublas"):
+        spec = importlib.util.find_spec(package) if importlib.util.find_spec("nvidia") else None
+        for root in map(Path, spec.submodule_search_locations if spec else []):
+            libraries = sorted((root / "lib").glob("libcublas.so.*"))
+            if (root / "include" / "cublas_v2.h").is_file() and libraries:
+                return [f"-I{root / 'include'}", f"-L{root / 'lib'}", f"-l:{libraries[0].name}"]
     return None
 
 
@@ -506,10 +526,9 @@ def test_the_gpu_check_program_compiles_against_the_library(request, tmp_path):
     flags = _cublas_flags()
     if shutil.which("nvcc") is None or flags is None:
         pytest.skip("needs nvcc and the cuBLAS headers (CUDA toolkit or the nvidia-cublas wheel)")
-    shared_library = request.getfixturevalue("shared_library")
-    lib = shared_library.parent.parent / "lib"
-    _run("nvcc", "-O2", "-std=c++17", "-x", "cu", "-arch=sm_90", EXPORT_CHECK, f"-I{lib / 'include'}", *flags,
-         f"-L{shared_library.parent}", "-lautotune_gemm", "-ldl", "-lpthread", "-o", tmp_path / "export_check")
+    build = request.getfixturevalue("shared_build")
+    _run("nvcc", "-O2", "-std=c++17", "-x", "cu", "-arch=sm_90", EXPORT_CHECK, f"-I{build.source / 'include'}",
+         *flags, f"-L{build.folder}", "-lautotune_gemm", "-ldl", "-lpthread", "-o", tmp_path / "export_check")
     assert (tmp_path / "export_check").is_file()
 
 
@@ -523,7 +542,7 @@ def test_on_the_gpu_the_library_passes_the_search_verification(library, table, d
     import cupy
 
     from autotune.gpu import measure
-    from autotune.gpu.worker import verification_problems
+    from autotune.gpu.tasks import verification_problems
 
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     if (properties["major"], properties["minor"]) != (9, 0):

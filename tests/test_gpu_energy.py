@@ -42,9 +42,9 @@ def _assert_physical(window: EnergyWindow, time_ms: float, power_limit_w: float)
 def test_energy_windows_of_cublas_and_a_seed_kernel(worker, dtype):
     import pynvml
 
-    from autotune.gpu.worker import CublasTask, EnergyTask
+    from autotune.gpu.tasks import CublasTask, EnergyTask
     from autotune.gpu_specs import GPUS
-    from autotune.search.search import kernel_task
+    from autotune.search.evaluate import kernel_task
 
     pynvml.nvmlInit()
     try:

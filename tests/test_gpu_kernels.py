@@ -46,7 +46,7 @@ def _sample_configs(space, gpu, count, seed=0):
 
 
 def _run_all(worker, space, gpu, configs, problems):
-    from autotune.gpu.worker import KernelTask
+    from autotune.gpu.tasks import KernelTask
 
     outcomes = []
     timed_out = set()  # a config that hangs once is not run again: the test fails anyway
@@ -224,7 +224,7 @@ def test_whole_tile_builds_verify_at_shapes_of_whole_tiles(worker):
 
 def test_wrong_kernel_is_caught(worker):
     """A config that skips the last partial k-tile must fail verification at K % BK != 0."""
-    from autotune.gpu.worker import KernelTask
+    from autotune.gpu.tasks import KernelTask
     from autotune.gpu_specs import GPUS
     from autotune.kernel.compile import compile_kernel
     from autotune.kernel.render import KernelSource

@@ -47,7 +47,7 @@ def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
     from autotune.kernel.compile import compile_kernel
     from autotune.kernel.render import render
     from autotune.records import Failure, Measurement
-    from autotune.search.search import kernel_task
+    from autotune.search.evaluate import kernel_task
     from autotune.space.family import SearchSpace
 
     space = SearchSpace(PLANTED)

@@ -424,7 +424,7 @@ class _UnknownGpuBackend:
     NAME, ARCH, SMEM_OPT_IN = "NVIDIA RTX A6000", "sm_86", 101376
 
     def __init__(self, device: int = 0):
-        from autotune.gpu.worker import FakeBackend
+        from autotune.gpu.fake_backend import FakeBackend
 
         self._fake = FakeBackend(device)
 
@@ -447,10 +447,10 @@ class _VoltaBackend(_UnknownGpuBackend):
 
 
 def test_a_gpu_without_a_spec_is_searched_with_one_made_from_its_properties(tmp_path):
-    from autotune.cli.arguments import attached_gpu_spec
     from autotune.gpu.worker import GpuWorker
     from autotune.results import ResultStore
     from autotune.search.search import Search, SearchSettings
+    from autotune.search.start import attached_gpu_spec
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     problem = GemmProblem(128, 128, 128)
@@ -466,7 +466,7 @@ def test_a_gpu_without_a_spec_is_searched_with_one_made_from_its_properties(tmp_
 
 
 def test_a_simulated_gpu_without_a_spec_keeps_its_fake_key():
-    from autotune.cli.arguments import attached_gpu_spec
+    from autotune.search.start import attached_gpu_spec
 
     env = Environment("rtx-a6000-fake", "NVIDIA RTX A6000 (fake)", "sm_86-fake", "0", "0", "0", "none")
     properties = {**_UnknownGpuBackend().hello()["properties"]}
@@ -475,8 +475,8 @@ def test_a_simulated_gpu_without_a_spec_keeps_its_fake_key():
 
 
 def test_a_gpu_older_than_sm75_is_refused_in_one_line():
-    from autotune.cli.arguments import attached_gpu_spec
     from autotune.gpu.worker import GpuWorker
+    from autotune.search.start import attached_gpu_spec
 
     with GpuWorker(backend=_VoltaBackend, start_timeout_s=60) as worker:
         env, properties = worker.environment(), worker.device_properties()

@@ -440,7 +440,7 @@ def test_a_table_file_with_a_bad_cubin_is_refused_at_load_in_one_line(tmp_path, 
     data = json.loads(path.read_text())
     data["dtypes"]["f32"]["kernels"][0]["cubin_base64"] = base64.b64encode(os.urandom(100)).decode()
     path.write_text(json.dumps(data))
-    with pytest.raises(TableError, match="table.json is malformed: CubinError: not an ELF file") as error:
+    with pytest.raises(TableError, match="table.json is malformed: .*not an ELF file") as error:
         read_table(path)
     assert "\n" not in str(error.value)
 

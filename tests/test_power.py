@@ -9,8 +9,10 @@ import types
 
 import pytest
 
+from autotune.gpu.energy import launches_per_batch
 from autotune.gpu.power import NvmlPower, PowerUnavailable, idle_power, measure_window, throttle_mask
-from autotune.gpu.worker import EnergyTask, GpuWorker, KernelTask, launches_per_batch
+from autotune.gpu.tasks import EnergyTask, KernelTask
+from autotune.gpu.worker import GpuWorker
 from autotune.problem import GemmProblem
 from autotune.records import EnergyWindow
 
@@ -363,6 +365,8 @@ def test_gpu_naive_kernel_window_draws_more_than_idle(gpu):
 
 
 class FakeStream:
+    ptr = 0x57
+
     def __init__(self):
         self.capturing, self.captured, self.replays, self.syncs = False, 0, 0, 0
 
@@ -391,23 +395,28 @@ class FakeStream:
 
 
 def _fake_backend(monkeypatch, launch_ms: float):
-    from autotune.gpu import worker
+    from autotune.gpu import cupy_backend, energy
 
-    monkeypatch.setattr(worker, "ENERGY_SETTLE_S", 0.0)
-    monkeypatch.setattr(worker, "ENERGY_WARMUP_S", 0.0)
-    backend = object.__new__(worker.CupyBackend)
+    monkeypatch.setattr(energy, "ENERGY_SETTLE_S", 0.0)
+    monkeypatch.setattr(energy, "ENERGY_WARMUP_S", 0.0)
+    backend = object.__new__(cupy_backend.CupyBackend)
     stream = backend.stream = FakeStream()
     event = types.SimpleNamespace(record=lambda s: None, synchronize=lambda: None)
-    cuda = types.SimpleNamespace(Event=lambda: event, get_elapsed_time=lambda a, b: 3 * launch_ms)
-    backend.cupy = types.SimpleNamespace(cuda=cuda)
-    backend.device = 0
-    operands = types.SimpleNamespace(a="A", b="B", out="OUT")
-    backend.cache = types.SimpleNamespace(operands=lambda problem, seed: operands)
     calls = {"kernel": 0, "cublas": 0}
 
-    def function(grid, block, args, shared_mem, stream):
+    def launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem, stream_ptr, parameters, extra):
+        assert stream_ptr == stream.ptr
         calls["kernel"] += 1
         stream.captured += stream.capturing
+
+    driver = types.SimpleNamespace(launchKernel=launch_kernel)
+    cuda = types.SimpleNamespace(Event=lambda: event, get_elapsed_time=lambda a, b: 3 * launch_ms, driver=driver)
+    backend.cupy = types.SimpleNamespace(cuda=cuda)
+    backend.device = 0
+    pointer = types.SimpleNamespace(ptr=0x1000)
+    array = types.SimpleNamespace(data=pointer, itemsize=4)
+    operands = types.SimpleNamespace(a=array, b=array, out=array)
+    backend.cache = types.SimpleNamespace(operands=lambda problem, seed: operands)
 
     def cublas_gemm(a, b, out, alpha, beta):
         def gemm():
@@ -416,10 +425,10 @@ def _fake_backend(monkeypatch, launch_ms: float):
 
         return gemm
 
-    backend._load = lambda task: function
+    backend._load = lambda task: types.SimpleNamespace(ptr=0xF00)
     backend.measure = types.SimpleNamespace(CublasGemm=cublas_gemm)
-    backend._power = NvmlPower(nvml=FakeNvml())
-    backend._idle = None
+    backend.energy = energy.EnergyMeter(backend.cupy, stream, device=0)
+    backend.energy._power = NvmlPower(nvml=FakeNvml())
     return backend, stream, calls
 
 
@@ -435,7 +444,7 @@ def test_cupy_backend_kernel_energy_replays_a_graph_of_about_20_ms(monkeypatch):
 
 
 def test_cupy_backend_reuses_a_recent_idle_baseline(monkeypatch):
-    from autotune.gpu import power, worker
+    from autotune.gpu import energy, power
 
     backend, _, _ = _fake_backend(monkeypatch, launch_ms=2.0)
     baselines = []
@@ -444,7 +453,7 @@ def test_cupy_backend_reuses_a_recent_idle_baseline(monkeypatch):
     first = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
     second = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
     assert len(baselines) == 1 and first.idle_power_w == second.idle_power_w == 101.0
-    monkeypatch.setattr(worker, "IDLE_BASELINE_MAX_AGE_S", 0.0)
+    monkeypatch.setattr(energy, "IDLE_BASELINE_MAX_AGE_S", 0.0)
     third = backend.run(EnergyTask(None, problem, seed=1, seconds=0.02))
     assert len(baselines) == 2 and third.idle_power_w == 102.0
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -7,8 +8,7 @@ from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.records import Environment, Measurement, Timing
 from autotune.results import ResultStore
-from autotune.select.kernel_table import build_table
-from autotune.select.selection import build, held_out, judge, quality
+from autotune.select.selection import build, build_table, held_out, judge, quality
 from autotune.space.family import load_space
 
 H200 = gpu_spec("h200")
@@ -43,6 +43,15 @@ def _cublas(store, problem, ms):
     store.add_measurement(ENV, problem, None, None, _m(problem, ms), "s")
 
 
+def _shape(problem):
+    return problem.m, problem.n, problem.k
+
+
+def _without(table, problem):
+    """``table`` without the rule of ``problem``'s shape."""
+    return dataclasses.replace(table, rules=tuple(r for r in table.rules if r.shape != _shape(problem)))
+
+
 def test_nearest_shape_and_leave_one_out_quality(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     small, mid, big = _square(1024), _square(2048), _square(4096)
@@ -53,26 +62,26 @@ def test_nearest_shape_and_leave_one_out_quality(tmp_path):
     _add(store, big, _config(128), 40.0)
     _add(store, big, _config(256), 50.0)
 
-    table, results = build(store, H200, "h200", "f32")
-    assert [r.problem for r in table.rules] == [small, mid, big]
+    selection = build(store, H200, "h200", "f32")
+    table = selection.table
+    assert [r.shape for r in table.rules] == [_shape(small), _shape(mid), _shape(big)]
     assert [k.name for k in table.kernels] == [_config(128).name, _config(64).name]  # 128 covers every shape
-    assert table.pick(_square(1100)).rule.problem == small
-    assert table.pick(GemmProblem(3000, 3000, 3000)).rule.problem == big
-    assert table.pick(mid, exclude=mid).rule.problem == big  # equally far: the larger problem wins
-    assert table.pick(_square(64)).kernel.name == _config(64).name
+    assert table.pick(*_shape(_square(1100))).rule.shape == _shape(small)
+    assert table.pick(3000, 3000, 3000).rule.shape == _shape(big)
+    assert _without(table, mid).pick(*_shape(mid)).rule.shape == _shape(big)  # equally far: the larger problem wins
+    assert table.pick(64, 64, 64).kernel == _config(64).name
 
-    report = {h.problem: h for h in held_out(table, results)}
+    report = {h.problem: h for h in held_out(selection)}
     assert report[small].config_name == _config(128).name and report[small].fraction_of_best == 1.0 / 1.25
     assert report[mid].fraction_of_best == 1.0 and report[big].fraction_of_best == 1.0
-    assert build(store, H200, "h200", "f16")[0].rules == ()
+    assert build(store, H200, "h200", "f16").table.rules == ()
 
 
 def test_a_pick_never_measured_there_is_unknown(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     _add(store, _square(512), _config(32), 1.0)
     _add(store, _square(4096), _config(256), 9.0)
-    table, results = build(store, H200, "h200", "f32")
-    report = held_out(table, results)
+    report = held_out(build(store, H200, "h200", "f32"))
     assert all(h.fraction_of_best is None and h.picked_from is not None for h in report)
     assert quality(report).measured == 0 and quality(report).unmeasured == 2
 
@@ -83,7 +92,7 @@ def test_the_cap_makes_a_shape_take_a_slower_chosen_kernel(tmp_path):
     for i, problem in enumerate(shapes):
         _add(store, problem, _config(16 * (i + 1)), 1.0)  # each shape's own best
         _add(store, problem, _config(999), 1.25)  # one config measured everywhere
-    table, _ = build(store, H200, "h200", "f32", max_kernels=2)
+    table = build(store, H200, "h200", "f32", max_kernels=2).table
     assert len(table.kernels) == 2 and table.kernels[0].name == _config(999).name
     assert sorted(r.fraction_of_best for r in table.rules) == [0.8, 0.8, 0.8, 1.0]
     assert all(r.best_ms == 1.0 and r.ms in (1.0, 1.25) for r in table.rules)
@@ -117,10 +126,10 @@ def test_held_out_report_numbers(tmp_path):
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     _held_out_fixture(store)
     shapes = [(p.m, p.n, p.k) for p in HELD]
-    table, results = build(store, H200, "h200", "f32", hold_out=shapes)
-    assert table.training == ((64, 4096, 4096), (1024, 4096, 4096))
-    assert {k.name for k in table.kernels} == {_config(1).name, _config(2).name}
-    report = judge(table, results, shapes, "f32")
+    selection = build(store, H200, "h200", "f32", hold_out=shapes)
+    assert selection.training == ((64, 4096, 4096), (1024, 4096, 4096))
+    assert {k.name for k in selection.table.kernels} == {_config(1).name, _config(2).name}
+    report = judge(selection, shapes)
     first, second, third, fourth = report
     assert (first.config_name, first.pick_ms, first.best_ms, first.cublas_ms) == (_config(1).name, 1.5, 1.2, 1.0)
     assert first.fraction_of_best == pytest.approx(0.8) and first.ratio_to_cublas == pytest.approx(1 / 1.5)
@@ -218,13 +227,14 @@ def test_a_shape_gets_the_kernel_whose_time_scales_best_from_the_nearest_tuned_s
     _add(store, near, large, 2.1)  # held out
     _add(store, near, small, 1.45)
 
-    table, results = build(store, H200, "h200", "f32", hold_out=[(1152, 2048, 4096)])
+    selection = build(store, H200, "h200", "f32", hold_out=[(1152, 2048, 4096)])
+    table = selection.table
     assert {k.name for k in table.kernels} == {large.name, small.name}
-    assert table.pick(tuned).kernel.name == large.name  # at a tuned shape: its fastest
-    pick = table.pick(near)
-    assert pick.rule.problem == tuned and pick.kernel.name == small.name
-    assert judge(table, results, [(1152, 2048, 4096)], "f32")[0].fraction_of_best == 1.0
-    assert table.pick(GemmProblem(1000, 2048, 4096)).kernel.name == large.name  # still one turn of 128x128
+    assert table.pick(*_shape(tuned)).kernel == large.name  # at a tuned shape: its fastest
+    pick = table.pick(*_shape(near))
+    assert pick.rule.shape == _shape(tuned) and pick.kernel == small.name
+    assert judge(selection, [(1152, 2048, 4096)])[0].fraction_of_best == 1.0
+    assert table.pick(1000, 2048, 4096).kernel == large.name  # still one turn of 128x128
 
     f32 = build_table(store, ("f32",), gpu="h200").dtypes["f32"]  # the exported table picks alike
     assert f32.sms == H200.sms and f32.pick(1152, 2048, 4096).kernel == small.name
@@ -242,10 +252,11 @@ def test_a_kernel_built_for_whole_tiles_is_picked_as_its_build_for_any_shape_whe
     _add(store, tuned, whole, 2.7)
     _add(store, partial, space.for_any_problem(whole), 2.6)
 
-    table, results = build(store, H200, "h200", "f32")
-    assert table.pick(tuned).kernel.name == whole.name
-    pick = table.pick(partial, exclude=partial)
-    assert pick.rule.problem == tuned and pick.kernel.name == space.for_any_problem(whole).name
-    report = {h.problem: h for h in held_out(table, results)}
+    selection = build(store, H200, "h200", "f32")
+    table = selection.table
+    assert table.pick(*_shape(tuned)).kernel == whole.name
+    pick = _without(table, partial).pick(*_shape(partial))
+    assert pick.rule.shape == _shape(tuned) and pick.kernel == space.for_any_problem(whole).name
+    report = {h.problem: h for h in held_out(selection)}
     assert report[partial].config_name == space.for_any_problem(whole).name
     assert report[partial].fraction_of_best == 1.0  # measured there: its build for any shape is that shape's best

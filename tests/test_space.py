@@ -438,7 +438,7 @@ def test_a_whole_tile_build_is_never_launched_on_a_shape_it_is_not_built_for(sge
     from autotune.errors import FailureClass
     from autotune.kernel.compile import CompiledKernel
     from autotune.records import Failure, Resources
-    from autotune.search.search import kernel_task
+    from autotune.search.evaluate import kernel_task
 
     whole = _with(sgemm, _public_design(sgemm), WHOLE_TILES=1)
     compiled = CompiledKernel(whole.name, "sm_90", b"", Resources(128, 0, 0, 0, 0, 0), "")

@@ -12,7 +12,8 @@ from autotune.errors import FailureClass
 from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.results import ResultStore
-from autotune.search.search import RACE_MARGINS, Search, SearchSettings
+from autotune.search.dispatch import RACE_MARGINS
+from autotune.search.search import Search, SearchSettings
 from autotune.search.study import evaluated_on_gpu, trial_params
 from autotune.space.family import SearchSpace, load_space
 
@@ -57,7 +58,7 @@ def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, work
 
 
 def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
-    from autotune.gpu.worker import FakeBackend
+    from autotune.gpu.fake_backend import FakeBackend
 
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(256, 256, 256)
@@ -96,7 +97,7 @@ class RecordingWorker:
 
 
 def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, worker):
-    from autotune.search.search import FINAL_ROUNDS
+    from autotune.search.closing import FINAL_ROUNDS
 
     recording = RecordingWorker(worker)
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
@@ -112,7 +113,7 @@ def test_closing_measurement_alternates_cublas_and_the_best_config(tmp_path, wor
 
 def test_pooled_measurement_merges_every_launch():
     from autotune.records import Measurement, Timing
-    from autotune.search.search import pooled
+    from autotune.search.evaluate import pooled
 
     problem = GemmProblem(128, 128, 128)
     runs = [Measurement(Timing.from_samples([1.0, 2.0, 3.0]), 0.0, 0.2, 1980, 0, 50),
@@ -225,7 +226,7 @@ def test_the_seeds_compile_while_the_study_opens(tmp_path, worker, monkeypatch):
 
     class Ledger(study_module.StudyLedger):
         def __init__(self, *args, **kwargs):
-            compiling_when_opened.append([config.name for config in search._compiling.values()])
+            compiling_when_opened.append([config.name for config in search.compiles.compiling.values()])
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(study_module, "StudyLedger", Ledger)
@@ -243,7 +244,7 @@ def test_cublas_runs_while_the_study_opens(tmp_path, worker, monkeypatch):
     """The reference needs no study: it runs on the GPU while the study opens, not after."""
     import threading
 
-    from autotune.gpu.worker import CublasTask
+    from autotune.gpu.tasks import CublasTask
     from autotune.search import search as study_module
 
     cublas_started = threading.Event()
@@ -277,7 +278,7 @@ def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
     compiling_when_opened = []
 
     def open_store():
-        compiling_when_opened.append([config.name for config in search._compiling.values()])
+        compiling_when_opened.append([config.name for config in search.compiles.compiling.values()])
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
     search = Search(space, gpu_spec("h200"), GemmProblem(64, 64, 64), open_store, worker,
@@ -296,7 +297,7 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
     compiling_when_opened = []
 
     def open_store():
-        compiling_when_opened.append([config.name for config in search._compiling.values()])
+        compiling_when_opened.append([config.name for config in search.compiles.compiling.values()])
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
     search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=8, jobs=5, seed=3))
@@ -321,15 +322,21 @@ class SlowWorker(RecordingWorker):
 class BacklogSearch(Search):
     """Notes, at each compile it starts, the candidates waiting for the GPU: all, and those TPE proposed."""
 
-    def _submit(self, pool, config):
-        self.backlog.append((len(self._ready), self._proposed_waiting()))
-        super()._submit(pool, config)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        compiles, submit = self.compiles, self.compiles.submit
+
+        def noting_the_backlog(pool, config):
+            self.backlog.append((len(compiles.ready), compiles.proposed_waiting()))
+            submit(pool, config)
+
+        compiles.submit = noting_the_backlog
 
 
 def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
     """Before TPE has 16 results to learn from, every config is a seed or a random draw: nothing
     compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
-    from autotune.search.search import READY_PER_LANE
+    from autotune.search.compiling import READY_PER_LANE
 
     search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
                            ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
@@ -342,7 +349,7 @@ def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
 
 
 def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
-    from autotune.search.search import READY_PER_LANE
+    from autotune.search.compiling import READY_PER_LANE
 
     space = SearchSpace(TINY)
     warm = [config for config in space if config not in space.seeds][:8]  # seeds too, given in advance

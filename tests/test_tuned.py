@@ -21,6 +21,7 @@ from autotune.space.family import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "tuned_db" / "h200.jsonl"
+V1 = ROOT / "tests" / "data" / "h200-v1.jsonl"  # the version-1 lines the shipped file begins with
 
 
 def _measurement(ms):
@@ -113,8 +114,8 @@ def test_full_export_round_trip_is_lossless(tmp_path):
 
 
 def test_the_shipped_h200_results_load_and_rank():
-    """tuned_db/h200.jsonl (version 1): the H200 SGEMM and HGEMM searches, loadable with no GPU."""
-    entries = tuned.read(SHIPPED)
+    """The version-1 H200 results (SGEMM and HGEMM searches at square shapes), loadable with no GPU."""
+    entries = tuned.read(V1)
     shapes = {(entry.problem.m, entry.problem.n, entry.problem.k, entry.problem.dtype) for entry in entries}
     assert {(n, n, n, "f32") for n in (1024, 2048, 4096, 8192)} <= shapes
     assert {(n, n, n, "f16") for n in (1024, 4096)} <= shapes
@@ -133,13 +134,13 @@ def test_shipped_files_are_found_as_package_data():
 
 def test_a_version_1_file_and_its_version_2_export_are_the_same_results(tmp_path):
     store = _store(tmp_path, "a.db")
-    report, = tuned.import_files(store, [SHIPPED])
-    assert report.measurements_added == len(SHIPPED.read_text().splitlines())
+    report, = tuned.import_files(store, [V1])
+    assert report.measurements_added == len(V1.read_text().splitlines())
     exported = tmp_path / "v2.jsonl"
     exported.write_text(_export(store)[0])
     other = _store(tmp_path, "b.db")
     tuned.import_files(other, [exported])
-    again, = tuned.import_files(other, [SHIPPED])  # the version-1 lines are the same results
+    again, = tuned.import_files(other, [V1])  # the version-1 lines are the same results
     assert (again.measurements_added, again.measurements_present) == (0, report.measurements_added)
 
 

@@ -20,18 +20,10 @@ import time
 import pytest
 
 from autotune.errors import FailureClass, NoGpuError
-from autotune.gpu.worker import (
-    CONTEXT_LOST,
-    STICKY_FAULTS,
-    CublasTask,
-    FakeBackend,
-    GpuWorker,
-    KernelTask,
-    ProbeTask,
-    classify_cuda_status,
-    describe_exception,
-    verification_problems,
-)
+from autotune.gpu.backend import CONTEXT_LOST, STICKY_FAULTS, classify_cuda_status, describe_exception
+from autotune.gpu.fake_backend import FakeBackend
+from autotune.gpu.tasks import CublasTask, KernelTask, ProbeTask, verification_problems
+from autotune.gpu.worker import GpuWorker
 from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement, Resources
 
@@ -190,7 +182,8 @@ def test_parent_never_imports_cupy():
         """
         import sys
         from autotune.errors import NoGpuError
-        from autotune.gpu.worker import GpuWorker, ProbeTask
+        from autotune.gpu.tasks import ProbeTask
+        from autotune.gpu.worker import GpuWorker
         with GpuWorker(backend="fake") as worker:
             worker.environment()
             for action in ("ok", "fault", "exit", "ok"):

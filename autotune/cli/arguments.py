@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from autotune.errors import DatabaseError, GpuMismatchError, InputError
-from autotune.gpu_specs import AUTO, FAKE_SUFFIX, GPUS, GpuSpec, gpu_spec, spec_from_properties
+from autotune.errors import InputError
+from autotune.gpu_specs import AUTO, GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
-from autotune.records import Environment
-from autotune.results.urls import without_secrets
-from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
-from autotune.space.survey import survey
+from autotune.results.opening import open_store  # noqa: F401 (the commands open --db through here)
 
 EXIT_USAGE = 2
 
@@ -48,52 +44,6 @@ def requested_gpu(name: str) -> GpuSpec | None:
     return None if name.lower() == AUTO else gpu_spec(name)
 
 
-def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
-                      properties: dict | None = None) -> GpuSpec:
-    """The spec of the GPU the worker found; an error if it is not the one asked for.
-
-    A GPU without a built-in spec gets one from its device ``properties``
-    (``GpuWorker.device_properties()``); without them it is refused. The fake backend's
-    GPU (``env.gpu_key`` ``h200-fake``) answers to ``--gpu h200`` and comes back under
-    its own key, so its results are kept apart from the real GPU's.
-    """
-    simulated = env.gpu_key.endswith(FAKE_SUFFIX)
-    real_key = env.gpu_key.removesuffix(FAKE_SUFFIX)
-    if requested is not None and requested.key not in (env.gpu_key, real_key):
-        raise GpuMismatchError(requested.key, env.gpu_key, env.gpu_name)
-    gpu = requested or GPUS.get(real_key)
-    if gpu is None and properties is not None:
-        gpu = spec_from_properties(env.gpu_name, env.arch.removesuffix(FAKE_SUFFIX), properties)
-    if gpu is None:
-        raise InputError("--gpu", name, f"one of {', '.join(GPUS)} (the attached {env.gpu_name!r} is unknown)")
-    return dataclasses.replace(gpu, key=env.gpu_key) if simulated else gpu
-
-
-def family_space(args: argparse.Namespace, gpu: GpuSpec) -> SearchSpace:
-    """``--family`` (a shipped family's name or the path of a space file, see
-    :func:`~autotune.space.family.resolve_family`), or the highest-priority family for ``--dtype``
-    that can run on ``gpu``."""
-    if args.family:
-        space = resolve_family(args.family)
-        if space.dtype != args.dtype:
-            raise InputError("--family", args.family, f"a family for {args.dtype} ({space.family} is {space.dtype}): "
-                             + ", ".join(families_for_dtype(args.dtype)))
-        return space
-    families = families_for_dtype(args.dtype)
-    if not families:
-        raise InputError("--dtype", args.dtype, "a dtype with a search space: "
-                         + ", ".join(sorted({load_space(f).dtype for f in all_families()})))
-    for family in families:
-        space = load_space(family)
-        if survey(space, gpu, limit=1).feasible:
-            return space
-    return load_space(families[0])
-
-
-def all_families() -> list[str]:
-    return list(shipped_families())
-
-
 def offline_gpu(name: str) -> GpuSpec:
     """``--gpu`` for offline commands: a named model, or ``auto`` through NVML."""
     if name.lower() != AUTO:
@@ -106,17 +56,3 @@ def offline_gpu(name: str) -> GpuSpec:
 def require_positive(what: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise InputError(what, value, "a number > 0")
-
-
-
-
-def open_store(url: str | None):
-    """The result store at ``url`` (by default :func:`autotune.results.default_url`); its errors never
-    show the URL's password."""
-    from autotune.results import ResultStore, default_url
-
-    url = url or default_url()
-    try:
-        return ResultStore(url)
-    except DatabaseError as error:
-        raise DatabaseError(without_secrets(str(error), url)) from None

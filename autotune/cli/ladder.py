@@ -8,14 +8,13 @@ from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
-    attached_gpu_spec,
-    open_store,
     requested_gpu,
     require_positive,
 )
 from autotune.cli.text import ratio_text, table
 from autotune.problem import make_problem
 from autotune.records import Measurement
+from autotune.search.start import GpuRequest
 
 
 def register(sub) -> None:
@@ -31,17 +30,13 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.gpu.worker import GpuWorker
-    from autotune.search.ladder import climb
+    from autotune.search.ladder import climb_attached
 
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
     require_positive("--repeats", args.repeats)
-    store = open_store(args.db)
-    with GpuWorker(backend=args.backend) as worker:
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
-        rungs, cublas = climb(worker, store, gpu, problem, repeats=args.repeats)
+    ladder = climb_attached(GpuRequest(requested, args.gpu, backend=args.backend), problem, args.db, args.repeats)
+    env, rungs, cublas = ladder.env, ladder.rungs, ladder.cublas
     cublas_ms = cublas.timing.median_ms
     print(f"ladder for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), driver {env.driver}, "
           f"CUDA {env.cuda_runtime}, CuPy {env.cupy}; every rung verified against cuBLAS")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from autotune.cli.table import LEAVE_ONE_OUT, add_table_arguments, quality_line, selection
+from autotune.cli.table import LEAVE_ONE_OUT, add_table_arguments, judged, quality_line
 
 
 def register(sub) -> None:
@@ -23,14 +24,18 @@ def run(args: argparse.Namespace) -> int:
     from autotune.select.plot import pyplot, write_plots
 
     pyplot()  # no matplotlib: one line naming the extra, before the database is read
-    chosen = selection(args)
-    if not chosen.table.rules:
+    chosen = judged(args)
+    for line in chosen.ignored:
+        print(f"autotune: {line}", file=sys.stderr)
+    selection = chosen.selection
+    if not selection.table.rules:
         from autotune.select.plot import PlotError
 
-        raise PlotError(f"nothing to plot: no tuned {chosen.dtype} results for {chosen.gpu.key} in {chosen.source}")
-    title = f"{chosen.gpu.key} {chosen.dtype}, {len(chosen.table.kernels)} kernels"
-    paths = write_plots(chosen.table, chosen.results, chosen.report, chosen.held_out_from != LEAVE_ONE_OUT,
-                        Path(args.out), title, f"{chosen.gpu.key}_{chosen.dtype}")
+        raise PlotError(f"nothing to plot: no tuned {selection.dtype} results for {selection.gpu.key} "
+                        f"in {chosen.source}")
+    title = f"{selection.gpu.key} {selection.dtype}, {len(selection.table.chosen)} kernels"
+    paths = write_plots(selection, chosen.report, chosen.held_out_from != LEAVE_ONE_OUT,
+                        Path(args.out), title, f"{selection.gpu.key}_{selection.dtype}")
     print(quality_line(chosen))
     for path in paths:
         print(path)

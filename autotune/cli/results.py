@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from autotune.cli.arguments import add_db_argument, open_store, require_positive
+from autotune.data_files import shipped_results
 from autotune.errors import InputError
 from autotune.gpu_specs import gpu_spec
 
@@ -20,7 +21,7 @@ def register(sub) -> None:
     results.add_argument("action", choices=["export", "import"])
     results.add_argument("files", nargs="*", help="import: tuned-results files")
     results.add_argument("--shipped", action="store_true",
-                         help="import: the tuned-results files that ship with autotune (tuned_db/*.jsonl)")
+                         help="import: the tuned results that ship with autotune (tuned_db/<gpu>.jsonl)")
     results.add_argument("--gpu", help="export: the GPU whose results to write")
     add_db_argument(results)
     results.add_argument("--per-problem", type=int, default=None,
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.per_problem is not None or args.gpu:
         raise InputError("results import", "--per-problem" if args.per_problem is not None else "--gpu",
                          "files or --shipped (--gpu and --per-problem are for export)")
-    paths = [Path(name) for name in args.files] + (_shipped_files() if args.shipped else [])
+    paths = [Path(name) for name in args.files] + (shipped_results() if args.shipped else [])
     if not paths:
         raise InputError("results import", "(no files)",
                          "one or more tuned-results files, e.g. tuned_db/h200.jsonl, or --shipped")
@@ -57,12 +58,6 @@ def run(args: argparse.Namespace) -> int:
                   f"and {report.failures_added} failures added, {report.failures_present} already present "
                   f"({store.shown_url})")
     return 0
-
-
-def _shipped_files() -> list[Path]:
-    from autotune.data_files import data_dir
-
-    return sorted(data_dir("tuned_db").glob("*.jsonl"))
 
 
 def _export_summary(written, gpu_key: str, per_problem: int | None) -> str:

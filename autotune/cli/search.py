@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
-import dataclasses
-import functools
 import gc
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
-    attached_gpu_spec,
-    family_space,
-    open_store,
     requested_gpu,
     require_positive,
 )
 from autotune.cli.text import ProgressLine, ratio_text, table
 from autotune.errors import InputError
-from autotune.gpu_specs import FAKE_SUFFIX, GPUS
+from autotune.gpu_specs import GPUS
 from autotune.problem import GemmProblem, make_problem
 from autotune.search.objective import make_objective
-from autotune.search.timeline import SEARCH, Timeline, span
-
-if TYPE_CHECKING:
-    from autotune.gpu.worker import GpuWorker
-    from autotune.kernel.compile import CompilePool
+from autotune.search.settings import SearchSettings
+from autotune.search.start import GpuRequest, SearchRequest, choose_family, started_search
+from autotune.search.timeline import Timeline
 
 
 def register(sub) -> None:
@@ -65,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
     if args.family:  # a bad --family fails before any process starts (naming a family costs no survey)
-        family_space(args, requested or GPUS["h200"])
+        choose_family(args.family, args.dtype, requested or GPUS["h200"])
     require_positive("--trials", args.trials)
     require_positive("--timeout", args.timeout)
     require_positive("--repeats", args.repeats)
@@ -77,81 +68,27 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--trace", args.trace, "a file in an existing folder")
     make_objective(args.objective)
     _leave_the_heap_to_the_os_at_exit()
-
-    with contextlib.ExitStack() as stack:
-        with span(timeline, SEARCH, "start processes"):
-            workers, pool = _start_processes(args, stack)
-        with span(timeline, SEARCH, "choose family"):
-            space = family_space(args, requested) if requested else None  # the GPU model is known: choose now
-        if space is not None:
-            _compile_opening_now(pool, space, _search_gpu(requested, args), problem, args.seed, args.trials)
-        from autotune.search.search import Search, SearchSettings
-
-        gpu = _search_gpu(requested or attached_gpu_spec(None, workers[0].environment(), args.gpu,
-                                                         workers[0].device_properties()), args)
-        if space is None:
-            space = family_space(args, gpu)
-        settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed,
-                                  jobs=args.jobs, repeats=args.repeats, objective=args.objective)
-
-        def on_environment(env) -> None:
-            attached_gpu_spec(requested, env, args.gpu)
-            devices = ", ".join(str(worker.device) for worker in workers)
-            print(f"searching {space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
-                  f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}, "
-                  f"device{'s' if len(workers) > 1 else ''} {devices}", file=sys.stderr)
-
-        progress = ProgressLine()
-        store = functools.partial(_open_store, args.db, stack)  # opened once the seeds compile
-        search = Search(space, gpu, problem, store, workers, settings, on_progress=progress,
-                        on_environment=on_environment, pool=pool, timeline=timeline)
+    settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
+                              repeats=args.repeats, objective=args.objective)
+    request = SearchRequest(problem, args.family, GpuRequest(requested, args.gpu, args.device, args.backend),
+                            settings, args.workers, args.db)
+    progress = ProgressLine()
+    with started_search(request, timeline, on_progress=progress, on_environment=_announce) as search:
         try:
             result = search.run()
         finally:
             progress.finish()
             if timeline is not None:
                 timeline.write(args.trace)
-
     _print_result(result, problem, search.store.shown_url)
     return 0
 
 
-def _search_gpu(gpu, args: argparse.Namespace):
-    """The GPU model the search records: the fake backend's is kept apart from the real GPU's."""
-    if args.backend == "fake":
-        return dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
-    return gpu
-
-
-def _compile_opening_now(pool: CompilePool, space, gpu, problem: GemmProblem, seed: int, trials: int) -> None:
-    """Start compiling the search's opening (the seeds, then random feasible configs) while the
-    search's own modules load: the search draws the same opening from the same seed, and the pool
-    hands it these compiles, finished or not."""
-    from autotune.kernel.render import render
-    from autotune.search.draws import FeasibleDraws, opening_size, process_seed
-
-    for config in FeasibleDraws(space, gpu, problem, process_seed(seed)).opening(opening_size(pool.jobs, trials)):
-        pool.prefetch(render(space, config, gpu))
-
-
-def _open_store(url: str | None, stack: contextlib.ExitStack):
-    return stack.enter_context(open_store(url))
-
-
-def _start_processes(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[list[GpuWorker], CompilePool]:
-    """The GPU workers and the compile pool, started without waiting for them (closed with ``stack``):
-    CuPy and the CUDA contexts come up in the workers, NVRTC in the compile processes, while this
-    process chooses the family and the search starts."""
-    from autotune.gpu.worker import GpuWorker
-    from autotune.kernel.compile import CompilePool
-
-    workers = [stack.enter_context(contextlib.closing(GpuWorker(device=args.device + i, backend=args.backend)))
-               for i in range(args.workers)]
-    for worker in workers:
-        worker.begin()
-    pool = stack.enter_context(CompilePool(args.jobs))
-    pool.warm_up()
-    return workers, pool
+def _announce(search, env) -> None:
+    problem, devices = search.problem, ", ".join(str(worker.device) for worker in search.workers)
+    print(f"searching {search.space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
+          f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}, "
+          f"device{'s' if len(search.workers) > 1 else ''} {devices}", file=sys.stderr)
 
 
 def _leave_the_heap_to_the_os_at_exit() -> None:

@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 import json
 
-from autotune.cli.arguments import add_problem_arguments, family_space, offline_gpu
+from autotune.cli.arguments import add_problem_arguments, offline_gpu
 from autotune.cli.text import table
 from autotune.errors import InputError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem, make_problem
+from autotune.search.start import choose_family
 from autotune.space.family import Config, SearchSpace
 from autotune.space.survey import survey
 
@@ -32,7 +33,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     gpu = offline_gpu(args.gpu)
     problem = make_problem(args.shape, args.dtype)
-    space = family_space(args, gpu)
+    space = choose_family(args.family, args.dtype, gpu)
     limit = _compile_limit(args.compile)
 
     checked = survey(space, gpu, problem, keep=())  # counted, not listed: a space may hold 10**10 configs

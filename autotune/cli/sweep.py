@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import sys
 import time
 from typing import TextIO
 
-from autotune.cli.arguments import (
-    add_backend_argument,
-    add_db_argument,
-    attached_gpu_spec,
-    family_space,
-    open_store,
-    requested_gpu,
-    require_positive,
-)
+from autotune.cli.arguments import add_backend_argument, add_db_argument, requested_gpu, require_positive
 from autotune.cli.text import ratio_text, table
 from autotune.errors import InputError
-from autotune.gpu_specs import AUTO, FAKE_SUFFIX, GPUS
+from autotune.gpu_specs import AUTO, GPUS
 from autotune.problem import DTYPES, GemmProblem, make_problem
+from autotune.search.settings import SWEEP_TOP, SWEEP_TRIALS, SearchSettings, SweepSettings
+from autotune.search.start import GpuRequest, SweepRequest, choose_family, started_sweep
 from autotune.shapes import SHAPE_SETS, read_shapes
-
-DEFAULT_TRIALS = 24  # as autotune.search.sweep.DEFAULT_TRIALS (not imported: it pulls in the search)
-DEFAULT_TOP = 4
 
 
 def register(sub) -> None:
@@ -37,12 +26,12 @@ def register(sub) -> None:
     sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     sweep.add_argument("--shapes", required=True,
                        help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
-    sweep.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
-                       help=f"GPU evaluations per shape (default {DEFAULT_TRIALS})")
+    sweep.add_argument("--trials", type=int, default=SWEEP_TRIALS,
+                       help=f"GPU evaluations per shape (default {SWEEP_TRIALS})")
     sweep.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own space file "
                                         "(default: the one for --dtype)")
-    sweep.add_argument("--top", type=int, default=DEFAULT_TOP,
-                       help=f"the best T configs of each shape are timed at every shape (default {DEFAULT_TOP}; "
+    sweep.add_argument("--top", type=int, default=SWEEP_TOP,
+                       help=f"the best T configs of each shape are timed at every shape (default {SWEEP_TOP}; "
                             "0: none)")
     sweep.add_argument("--cross-from", metavar="SHAPES",
                        help="time the best configs of these tuned shapes (a set or file, as --shapes) at the swept "
@@ -62,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     sources = tuple(make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.cross_from)) \
         if args.cross_from else ()
     requested = requested_gpu(args.gpu)
-    family_space(args, requested or GPUS["h200"])  # bad --family / --dtype fail before any GPU work
+    choose_family(args.family, args.dtype, requested or GPUS["h200"])  # a bad --family or --dtype: before the GPU
     require_positive("--trials", args.trials)
     require_positive("--timeout", args.timeout)
     require_positive("--jobs", args.jobs)
@@ -71,35 +60,21 @@ def run(args: argparse.Namespace) -> int:
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
 
-    from autotune.gpu.worker import GpuWorker
-    from autotune.kernel.compile import CompilePool
-    from autotune.search.search import SearchSettings
-    from autotune.search.sweep import Sweep, SweepSettings
-
-    with contextlib.ExitStack() as stack:
-        worker = stack.enter_context(contextlib.closing(GpuWorker(device=args.device, backend=args.backend)))
-        worker.begin()  # CuPy starts in the worker while NVRTC loads in the compile processes
-        pool = stack.enter_context(CompilePool(args.jobs))
-        pool.warm_up()
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
-        if args.backend == "fake":  # its studies, like its results, are kept apart from the real GPU's
-            gpu = dataclasses.replace(gpu, key=gpu.key.removesuffix(FAKE_SUFFIX) + FAKE_SUFFIX)
-        space = family_space(args, gpu)
-        store = open_store(args.db)
-        print(f"sweeping {space.family} over {len(problems)} {args.dtype} shapes ({args.shapes}) on {env.gpu_name} "
-              f"({env.arch}), {args.trials} trials each, device {args.device}", file=sys.stderr)
-        settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout, cross_from=sources,
-                                 search=SearchSettings(jobs=args.jobs))
-        line = SweepLine()
-        sweep = Sweep(space, gpu, problems, store, worker, pool, settings, on_progress=line.progress,
-                      on_shape=line.shape)
+    settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout, cross_from=sources,
+                             search=SearchSettings(jobs=args.jobs))
+    request = SweepRequest(tuple(problems), args.dtype, args.family,
+                           GpuRequest(requested, args.gpu, args.device, args.backend), settings, args.db)
+    line = SweepLine()
+    with started_sweep(request, on_progress=line.progress, on_shape=line.shape) as sweep:
+        env = sweep.worker.environment()
+        print(f"sweeping {sweep.space.family} over {len(problems)} {args.dtype} shapes ({args.shapes}) on "
+              f"{env.gpu_name} ({env.arch}), {args.trials} trials each, device {args.device}", file=sys.stderr)
         try:
             result = sweep.run()
         finally:
             line.finish()
 
-    _print_result(result, store.shown_url)
+    _print_result(result, sweep.store.shown_url)
     return 0
 
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import add_db_argument, open_store
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
-from autotune.gpu_specs import GPUS, GpuSpec, gpu_spec
+from autotune.gpu_specs import GPUS, gpu_spec
 from autotune.problem import DTYPES
 from autotune.select.cover import MAX_KERNELS
 from autotune.shapes import SHAPE_SETS
 
 if TYPE_CHECKING:  # autotune.select.selection loads the database layer: only the commands that build a table need it
-    from autotune.select.selection import HeldOut, Results, SelectionTable
+    from autotune.select.kernel_table import DtypeTable, TableKernel
+    from autotune.select.selection import HeldOut, Selection
 
 LEAVE_ONE_OUT = "leave-one-out"
 
@@ -44,21 +46,23 @@ def add_table_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
-    """A built table with everything measured and its held-out report."""
+class Judged:
+    """A built table with where its results came from and its held-out report."""
 
-    gpu: GpuSpec
-    dtype: str
+    selection: Selection
     source: str
-    table: SelectionTable
-    results: Results
     held_out_from: str  # the --hold-out value, or LEAVE_ONE_OUT
     report: tuple[HeldOut, ...]
+    ignored: tuple[str, ...] = ()  # results left out of it, one line each
+
+    @property
+    def table(self) -> DtypeTable:
+        return self.selection.table
 
 
-def selection(args: argparse.Namespace) -> Selection:
+def judged(args: argparse.Namespace) -> Judged:
     """The table ``args`` asks for, built from its database and judged on its held-out shapes."""
-    from autotune.select.selection import build, held_out, judge
+    from autotune.select.selection import build, held_out, ignored_environments, judge
 
     gpu = gpu_spec(args.gpu)
     if args.dtype not in DTYPES:
@@ -68,9 +72,10 @@ def selection(args: argparse.Namespace) -> Selection:
     held = _hold_out_shapes(args.hold_out) if args.hold_out else []
     store = open_store(args.db)
     with store:
-        table, results = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
-    report = judge(table, results, held, args.dtype) if args.hold_out else held_out(table, results)
-    return Selection(gpu, args.dtype, store.shown_url, table, results, args.hold_out or LEAVE_ONE_OUT, tuple(report))
+        built = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
+        ignored = tuple(ignored_environments(store, gpu=gpu.key))
+    report = judge(built, held) if args.hold_out else held_out(built)
+    return Judged(built, store.shown_url, args.hold_out or LEAVE_ONE_OUT, tuple(report), ignored)
 
 
 def _hold_out_shapes(spec: str) -> list[tuple[int, int, int]]:
@@ -85,21 +90,24 @@ def _hold_out_shapes(spec: str) -> list[tuple[int, int, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    chosen = selection(args)
+    chosen = judged(args)
+    for line in chosen.ignored:
+        print(f"autotune: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(chosen), indent=2))
         return 0
-    table = chosen.table
-    if not table.training:
-        print(f"no tuned {chosen.dtype} results for {chosen.gpu.key} in {chosen.source}")
+    selection, table = chosen.selection, chosen.table
+    if not selection.training:
+        print(f"no tuned {selection.dtype} results for {selection.gpu.key} in {chosen.source}")
         return 0
-    print(f"selection table for {chosen.gpu.key} {chosen.dtype} ({chosen.source}): {len(table.kernels)} kernels "
-          f"(at most {table.max_kernels}) for {len(table.training)} training shapes; a shape gets, of the kernels "
-          "measured at the nearest training shape, the one whose time there scaled by its busiest SM's work is least")
+    print(f"selection table for {selection.gpu.key} {selection.dtype} ({chosen.source}): {len(table.chosen)} kernels "
+          f"(at most {selection.max_kernels}) for {len(selection.training)} training shapes; a shape gets, of the "
+          "kernels measured at the nearest training shape, the one whose time there scaled by its busiest SM's work "
+          "is least")
     _print_rules(chosen)
-    if table.unruled:
-        print(f"{len(table.unruled)} training shapes have no rule (none of the {len(table.kernels)} kernels was "
-              f"measured there): {', '.join('x'.join(map(str, s)) for s in table.unruled)}")
+    if selection.unruled:
+        print(f"{len(selection.unruled)} training shapes have no rule (none of the {len(table.chosen)} kernels was "
+              f"measured there): {', '.join('x'.join(map(str, s)) for s in selection.unruled)}")
     _print_kernels(table)
     if chosen.held_out_from != LEAVE_ONE_OUT:
         _print_held_out(chosen)
@@ -107,40 +115,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_rules(chosen: Selection) -> None:
-    table = chosen.table
-    varying = _varying_knobs(table)
+def _print_rules(chosen: Judged) -> None:
+    table, measured = chosen.table, chosen.selection.results.shapes
+    varying = _varying_knobs(chosen)
     loo = {h.problem: h for h in chosen.report} if chosen.held_out_from == LEAVE_ONE_OUT else None
     headers = ["shape", "kernel", " ".join(varying) or "knobs", "ms", "of best", "vs cuBLAS"]
     rows = []
     for rule in table.rules:
-        row = [rule.problem.shape, table.short_name(rule.kernel), " ".join(str(rule.kernel.params.get(k, "-"))
-                                                                           for k in varying),
+        problem, params = measured[rule.shape].problem, _params(chosen, rule.kernel)
+        row = [problem.shape, table.short_name(rule.kernel), " ".join(str(params.get(k, "-")) for k in varying),
                rule.ms, f"{rule.fraction_of_best:.3f}", _ratio(rule.ratio_to_cublas)]
         if loo is not None:
-            row.append(_loo_verdict(loo[rule.problem], table))
+            row.append(_loo_verdict(loo[problem], table))
         rows.append(row)
     if loo is not None:
         headers.append("held out: the pick of the table built without this shape")
     print(text_table(headers, rows))
 
 
-def _print_kernels(table: SelectionTable) -> None:
-    rows = [[table.short_name(k), table.served(k), k.family, k.name] for k in table.kernels]
+def _print_kernels(table: DtypeTable) -> None:
+    rows = [[table.short_name(k.name), table.served(k.name), k.family, k.name] for k in table.chosen]
     print("kernels, in the order the cover chose them (each adds the most to the geometric mean of best/pick):")
     print(text_table(["kernel", "rules", "family", "config"], rows))
 
 
-def _print_held_out(chosen: Selection) -> None:
+def _print_held_out(chosen: Judged) -> None:
     table = chosen.table
-    rows = [[h.problem.shape, table.short_name(h.kernel) if h.kernel else "-",
+    rows = [[h.problem.shape, table.short_name(h.kernel.name) if h.kernel else "-",
              h.picked_from.shape if h.picked_from else "-", h.pick_ms, h.best_ms, h.cublas_ms,
              _ratio(h.fraction_of_best, "x"), _ratio(h.ratio_to_cublas)] for h in chosen.report]
     print(f"held out ({chosen.held_out_from}): the table's pick at shapes it was not built from")
     print(text_table(["shape", "pick", "from", "pick ms", "best ms", "cuBLAS ms", "best/pick", "cuBLAS/pick"], rows))
 
 
-def quality_line(chosen: Selection) -> str:
+def quality_line(chosen: Judged) -> str:
     """One line: geometric means and worst of best/pick and cuBLAS/pick, and the shapes without a measured pick."""
     from autotune.select.selection import quality
 
@@ -156,37 +164,40 @@ def quality_line(chosen: Selection) -> str:
     return text
 
 
-def to_json(chosen: Selection) -> dict:
+def to_json(chosen: Judged) -> dict:
     """Everything ``autotune table`` shows, machine-readably."""
     from autotune.select.selection import quality
 
-    table = chosen.table
+    selection, table, measured = chosen.selection, chosen.table, chosen.selection.results.shapes
     loo = chosen.held_out_from == LEAVE_ONE_OUT
     by_problem = {h.problem: h for h in chosen.report}
     rules = []
     for rule in table.rules:
-        row = {"shape": rule.problem.shape, "alpha": rule.problem.alpha, "beta": rule.problem.beta,
-               "kernel": table.short_name(rule.kernel), "config": rule.kernel.name, "family": rule.kernel.family,
-               "params": rule.kernel.params, "ms": rule.ms, "best_ms": rule.best_ms, "best_config": rule.best_config,
-               "cublas_ms": rule.cublas_ms, "fraction_of_best": rule.fraction_of_best,
-               "ratio_to_cublas": rule.ratio_to_cublas, "measured_on": rule.measured_on}
+        problem = measured[rule.shape].problem
+        row = {"shape": problem.shape, "alpha": problem.alpha, "beta": problem.beta,
+               "kernel": table.short_name(rule.kernel), "config": rule.kernel, "family": table.kernel(rule.kernel).family,
+               "params": _params(chosen, rule.kernel), "ms": rule.ms, "best_ms": rule.best_ms,
+               "best_config": measured[rule.shape].best_config, "cublas_ms": rule.cublas_ms,
+               "fraction_of_best": rule.fraction_of_best, "ratio_to_cublas": rule.ratio_to_cublas,
+               "measured_on": rule.measured_on}
         if loo:
-            held = by_problem[rule.problem]
+            held = by_problem[problem]
             row["held_out_pick"] = held.config_name
             row["held_out_fraction_of_best"] = held.fraction_of_best
         rules.append(row)
     return {
-        "gpu": chosen.gpu.key, "arch": chosen.gpu.sm, "dtype": chosen.dtype, "source": chosen.source,
-        "max_kernels": table.max_kernels,
-        "training_shapes": ["x".join(map(str, s)) for s in table.training],
-        "unruled_shapes": ["x".join(map(str, s)) for s in table.unruled],
-        "kernels": [{"kernel": table.short_name(k), "config": k.name, "family": k.family, "params": k.params,
-                     "rules": table.served(k), "launch": _launch(k, chosen.gpu)} for k in table.kernels],
+        "gpu": selection.gpu.key, "arch": selection.gpu.sm, "dtype": selection.dtype, "source": chosen.source,
+        "max_kernels": selection.max_kernels,
+        "training_shapes": ["x".join(map(str, s)) for s in selection.training],
+        "unruled_shapes": ["x".join(map(str, s)) for s in selection.unruled],
+        "kernels": [{"kernel": table.short_name(k.name), "config": k.name, "family": k.family,
+                     "params": _params(chosen, k.name),
+                     "rules": table.served(k.name), "launch": k.launch.to_dict()} for k in table.chosen],
         "rules": rules,
         "held_out": {
             "from": chosen.held_out_from,
             "shapes": [{"shape": h.problem.shape, "pick": h.config_name,
-                        "kernel": table.short_name(h.kernel) if h.kernel else None,
+                        "kernel": _short_name(table, h.kernel),
                         "picked_from": h.picked_from.shape if h.picked_from else None, "pick_ms": h.pick_ms,
                         "best_ms": h.best_ms, "cublas_ms": h.cublas_ms, "fraction_of_best": h.fraction_of_best,
                         "ratio_to_cublas": h.ratio_to_cublas} for h in chosen.report],
@@ -195,36 +206,33 @@ def to_json(chosen: Selection) -> dict:
     }
 
 
-def _varying_knobs(table: SelectionTable) -> list[str]:
+def _params(chosen: Judged, kernel: str) -> dict[str, int]:
+    """The knob values of ``kernel`` as its measurements recorded them."""
+    configs = chosen.selection.results.configs
+    return configs[kernel].params if kernel in configs else chosen.table.kernel(kernel).params
+
+
+def _varying_knobs(chosen: Judged) -> list[str]:
     """The knobs whose values differ among the chosen kernels, in the first kernel's order."""
-    names = [name for kernel in table.kernels for name in kernel.params]
-    ordered = list(dict.fromkeys(names))
-    return [n for n in ordered if len({k.params.get(n) for k in table.kernels}) > 1]
+    params = [_params(chosen, kernel.name) for kernel in chosen.table.chosen]
+    ordered = list(dict.fromkeys(name for values in params for name in values))
+    return [n for n in ordered if len({values.get(n) for values in params}) > 1]
 
 
-def _loo_verdict(held: HeldOut, table: SelectionTable) -> str:
+def _loo_verdict(held: HeldOut, table: DtypeTable) -> str:
     if held.picked_from is None:
         return "no other shape"
+    name = table.short_name(held.kernel.name)  # type: ignore[union-attr]
     if held.fraction_of_best is None:
-        return f"{_name(table, held.kernel)} from {held.picked_from.shape}: not measured here"
-    return f"{held.fraction_of_best:.3f} of best ({_name(table, held.kernel)} from {held.picked_from.shape})"
+        return f"{name} from {held.picked_from.shape}: not measured here"
+    return f"{held.fraction_of_best:.3f} of best ({name} from {held.picked_from.shape})"
 
 
-def _name(table: SelectionTable, kernel) -> str:
-    """The kernel's short name where the table holds it, else its config name."""
-    return table.short_name(kernel) if kernel in table.kernels else kernel.name
+def _short_name(table: DtypeTable, kernel: TableKernel | None) -> str | None:
+    """The table's short name of ``kernel``; None where it is not one of the table's kernels (a leave-one-out
+    table may choose others)."""
+    return table.short_name(kernel.name) if kernel and kernel.name in {k.name for k in table.kernels} else None
 
 
 def _ratio(value: float | None, suffix: str = "x") -> str:
     return f"{value:.3f}{suffix}" if value is not None else "-"
-
-
-def _launch(kernel, gpu) -> dict | None:
-    """The kernel's launch contract (block, grid over M, N, K, shared memory, tensor maps)."""
-    from autotune.errors import AutotuneError
-    from autotune.select.kernel_table import table_kernel
-
-    try:
-        return table_kernel(kernel.family, kernel.params, gpu).launch.to_dict()
-    except AutotuneError:  # a config the current space no longer holds
-        return None

@@ -19,8 +19,8 @@ from typing import Any
 import jinja2
 
 from autotune import __version__
-from autotune.errors import InputError
-from autotune.kernel.contract import to_c
+from autotune.export.compile import compile_table
+from autotune.export.files import check_destination, write_files
 from autotune.kernel.cubin import parameter_sizes
 from autotune.kernel_abi import SWIZZLES, argument_bytes
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel
@@ -37,45 +37,34 @@ def write_library(table: KernelTable, out: Path) -> list[Path]:
     """Write the C library of ``table`` (compiled first where a kernel has no cubin) into ``out``.
 
     Returns the files written. Raises InputError for an ``out`` that is not a
-    directory and TableError for a table the library cannot hold (no dtype with
-    rules, an architecture that is not ``sm_XY``, a cubin whose parameters are
-    not what the launcher passes).
+    directory autotune can write into (or has a symbolic link where a file or
+    folder of the library goes, :mod:`autotune.export.files`) and TableError for
+    a table the library cannot hold (no dtype with rules, an architecture that
+    is not ``sm_XY``, a cubin whose parameters are not what the launcher passes).
+    Both are checked before anything is compiled.
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", str(out), "a directory (it is a file)")
+    check_destination(Path(out))
+    _check_table(table)
     if any(kernel.cubin is None for dtype in table.dtypes.values() for kernel in dtype.kernels):
-        table = table.compiled()
+        table = compile_table(table)
     context = library_context(table)
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(LIBRARY_FILES), keep_trailing_newline=True,
                                      trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
                                      autoescape=False)
-    written = []
+    files = {}
     for source in sorted(path for path in LIBRARY_FILES.rglob("*") if path.is_file()):
         relative = source.relative_to(LIBRARY_FILES)
         if source.suffix == ".j2":
-            target = out / relative.with_suffix("")
-            text = environment.get_template(relative.as_posix()).render(context)
+            files[relative.with_suffix("").as_posix()] = environment.get_template(relative.as_posix()).render(context)
         else:
-            target = out / relative
-            text = source.read_text()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        written.append(target)
-    return written
+            files[relative.as_posix()] = source.read_text()
+    return write_files(Path(out), files)
 
 
 def library_context(table: KernelTable) -> dict[str, Any]:
     """What the templates are rendered with: the table's kernels (each once, in a fixed order) and,
     per dtype, its rules pointing at them."""
-    match = _ARCH.match(table.arch)
-    if not match:
-        raise TableError(f"architecture {table.arch!r}: expected sm_ and its compute capability, like sm_90")
-    unknown = sorted(set(table.dtypes) - set(FUNCTIONS))
-    if unknown:
-        raise TableError(f"dtype {unknown[0]!r}: the C library has functions for {', '.join(FUNCTIONS)} only")
-    if not any(dtype.rules for dtype in table.dtypes.values()):
-        raise TableError(f"the table of {table.scope} has no tuned shapes: nothing to export")
+    match = _check_table(table)
     kernels: list[TableKernel] = []
     for dtype in table.dtypes.values():
         kernels += [kernel for kernel in dtype.kernels if kernel.name not in {k.name for k in kernels}]
@@ -88,6 +77,19 @@ def library_context(table: KernelTable) -> dict[str, Any]:
         "has_f32": bool(dtypes[0]["rules"]), "has_f16": bool(dtypes[1]["rules"]),
         "kernels": [_kernel_context(kernel, index) for kernel in kernels], "dtypes": dtypes,
     }
+
+
+def _check_table(table: KernelTable) -> re.Match:
+    """TableError for a table the library cannot hold; the match of its architecture."""
+    match = _ARCH.match(table.arch)
+    if not match:
+        raise TableError(f"architecture {table.arch!r}: expected sm_ and its compute capability, like sm_90")
+    unknown = sorted(set(table.dtypes) - set(FUNCTIONS))
+    if unknown:
+        raise TableError(f"dtype {unknown[0]!r}: the C library has functions for {', '.join(FUNCTIONS)} only")
+    if not any(dtype.rules for dtype in table.dtypes.values()):
+        raise TableError(f"the table of {table.scope} has no tuned shapes: nothing to export")
+    return match
 
 
 def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -> dict[str, Any]:
@@ -127,10 +129,12 @@ def _kernel_context(kernel: TableKernel, index: dict[str, int]) -> dict[str, Any
     if taken and taken != passed:
         raise TableError(f"{kernel.name} takes parameters of {list(taken)} bytes, but the library passes "
                          f"{list(passed)}")
+    expressions = launch.expressions
     return {
         **dataclasses.asdict(launch), "name": kernel.name, "family": kernel.family,
-        "grid": [to_c(side) for side in launch.grid], "k_tiles": to_c(launch.k_tiles), "opt_in": int(launch.opt_in),
-        "serves": to_c(launch.serves), "any_shape": index[kernel.any_shape] if kernel.any_shape else -1,
+        "grid": [side.to_c() for side in expressions.grid], "k_tiles": expressions.k_tiles.to_c(),
+        "opt_in": int(launch.opt_in), "serves": expressions.serves.to_c(),
+        "any_shape": index[kernel.any_shape] if kernel.any_shape else -1,
         "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
                          "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
                         for spec in launch.tensor_maps],

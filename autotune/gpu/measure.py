@@ -1,6 +1,6 @@
 """Operands, the cuBLAS reference, verification, timing and NVML readings.
 
-Runs only inside the GPU worker process (:mod:`autotune.gpu.worker`): importing
+Runs only inside the GPU worker's child (:mod:`autotune.gpu.cupy_backend`): importing
 this module imports CuPy. Everything works on CuPy's current device and stream.
 
 Verification is elementwise against a bound that scales with K (see

@@ -69,19 +69,22 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
+# Where pip's nvidia packages put the CUDA headers NVRTC needs (cuda_fp16.h, mma.h and the crt/ headers
+# mma.h includes): CUDA 13's nvidia-cuda-runtime and nvidia-cuda-crt share one folder; in CUDA 12 the
+# crt/ headers come with nvidia-cuda-nvcc-cu12.
+PIP_HEADERS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cuda_nvcc/include")
+
+
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
-    """CUDA header directories: pip's nvidia packages first, then a system toolkit."""
-    found = []
-    for root in map(Path, sys.path):
-        for sub in ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cuda_nvcc/include"):
-            if (root / sub / "cuda_fp16.h").exists():
-                found.append(str(root / sub))
-    for env in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(env):
-            found.append(str(Path(os.environ[env]) / "include"))
-    found.append("/usr/local/cuda/include")
-    return tuple(dict.fromkeys(d for d in found if Path(d, "cuda_fp16.h").exists()))
+    """CUDA header directories: pip's nvidia packages where they are installed, else a CUDA toolkit's
+    (``$CUDA_PATH``, ``$CUDA_HOME``, /usr/local/cuda); never both, which could mix CUDA versions."""
+    pip = [root / sub for root in map(Path, sys.path) for sub in PIP_HEADERS if (root / sub).is_dir()]
+    if any((folder / "cuda_fp16.h").is_file() for folder in pip):
+        return tuple(dict.fromkeys(map(str, pip)))
+    toolkits = [Path(os.environ[env]) / "include" for env in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(env)]
+    toolkits.append(Path("/usr/local/cuda/include"))
+    return tuple(dict.fromkeys(str(d) for d in toolkits if (d / "cuda_fp16.h").is_file()))
 
 
 def cache_dir() -> Path:

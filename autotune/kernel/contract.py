@@ -10,40 +10,33 @@ the dynamic shared memory (and whether the kernel must opt in to more than
 48 KB), the tensor maps, and the grid, and the k-tiles a block runs through (what the selection table's
 time scaling counts, :mod:`autotune.select.scaling`).
 
-The grid depends on the problem, so each of its three sides (and the k-tiles) is an integer
-expression over ``M``, ``N`` and ``K``: the space file's launch expression with
-every knob, derived value and GPU property replaced by its value, in a small
-language that Python and C both read the same way once :func:`to_c` has
-rewritten it: integers, ``M N K``, ``+ - * // %``, ``cdiv(a, b)`` (the
-ceiling of a / b), ``min``, ``max`` and ``a if cond else b``.
+The grid depends on the problem, so each of its three sides (and the k-tiles, and the
+shapes served) is an expression over ``M``, ``N`` and ``K``: the space file's launch
+expression with every knob, derived value and GPU property replaced by its value
+(:meth:`autotune.expression.Expression.over_sizes`), in the part of the space files'
+language that Python and C read alike (:class:`autotune.expression.SizeExpression`).
+A contract checks its expressions when it is made, so one read from a table file
+that could not be evaluated is refused then, not at its first launch.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import operator
+import re
 import tomllib
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from autotune.errors import SpaceError
+from autotune.expression import Expression, SizeExpression, sizes_function
 from autotune.gpu_specs import GpuSpec
 from autotune.kernel_abi import TensorMapSpec
 from autotune.problem import GemmProblem
 from autotune.space.family import Config, SearchSpace
 
-SIZES = ("M", "N", "K")
-_PROBLEM_SIZES = {"m": "M", "n": "N", "k": "K"}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-_C_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
-_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_C_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 K_TILES = "cdiv(cdiv(problem.k, BK), SPLIT_K)"  # k-tiles a block runs through, in space-file terms
-_FUNCTIONS: dict[str, Callable[..., int]] = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+MAX_BLOCK = 1024  # threads along one side of a block
 
 
 def cdiv(a: int, b: int) -> int:
@@ -72,35 +65,35 @@ class LaunchContract:
     k_tiles: str = "K"  # expression over M, N, K: the k-tiles each block runs through
     serves: str = "1"  # expression over M, N, K: nonzero for the shapes the kernel is built for (1: any)
 
+    def __post_init__(self):  # checks the expressions once: a contract that exists can be evaluated
+        if len(self.grid) != 3 or len(self.block) != 3:
+            raise SpaceError(f"{self.entry}: a grid and a block need three sides each")
+        try:
+            self.expressions
+        except SpaceError as error:
+            raise SpaceError(f"{self.entry} {error}") from None
+
+    @property
+    def expressions(self) -> ContractExpressions:
+        """The grid, k-tiles and shapes served as checked expressions over M, N and K."""
+        return _expressions(tuple(self.grid), self.k_tiles, self.serves)
+
     def serves_shape(self, m: int, n: int, k: int) -> bool:
         """Whether the kernel is built for an ``m x n x k`` problem (a build for whole tiles is not
         built for the others; see ``[specialize]`` in :mod:`autotune.space.family`)."""
-        return self.serves == "1" or bool(self._serves_function(m, n, k))
+        return self.serves == "1" or bool(self.expressions.serves(m, n, k))
 
     def grid_for(self, m: int, n: int, k: int) -> tuple[int, int, int]:
         """The grid of a launch on an ``m x n x k`` problem."""
-        sizes = {"M": m, "N": n, "K": k}
-        return tuple(int(_evaluate(ast.parse(text, mode="eval").body, sizes)) for text in self.grid)  # type: ignore[return-value]
+        return self.expressions.grid_function(m, n, k)
 
     def work(self, m: int, n: int, k: int, sms: int) -> int:
         """The busiest SM's k-tiles on an ``m x n x k`` problem on a GPU of ``sms`` SMs (:func:`busiest_sm_work`)."""
-        return busiest_sm_work(self._grid_function(m, n, k), self._k_tiles_function(m, n, k), sms)
+        return busiest_sm_work(self.expressions.grid_function(m, n, k), self.expressions.k_tiles(m, n, k), sms)
 
     def grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
         """:meth:`grid_for` with the expressions compiled once (for a launcher's hot path)."""
-        return self._grid_function
-
-    @functools.cached_property
-    def _grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
-        return _compiled(f"({', '.join(self.grid)},)", f"<grid of {self.entry}>")
-
-    @functools.cached_property
-    def _serves_function(self) -> Callable[[int, int, int], int]:
-        return _compiled(self.serves, f"<shapes served by {self.entry}>")
-
-    @functools.cached_property
-    def _k_tiles_function(self) -> Callable[[int, int, int], int]:
-        return _compiled(self.k_tiles, f"<k-tiles of {self.entry}>")
+        return self.expressions.grid_function
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,28 +111,44 @@ class LaunchContract:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchContract:
-        """Read a contract written by :meth:`to_dict`; raises ValueError/KeyError/TypeError on bad data."""
-        grid = tuple(str(text) for text in data["grid"])
-        block = tuple(int(side) for side in data["block"])
-        if len(grid) != 3 or len(block) != 3:
-            raise ValueError("grid and block need three sides each")
-        k_tiles = str(data.get("k_tiles", "K"))  # tables written before it: every k-tile counts alike
-        serves = str(data.get("serves", "1"))  # tables written before it hold builds for any shape
-        for text in (*grid, k_tiles, serves):
-            check_expression(text)
+        """Read a contract written by :meth:`to_dict`; raises ValueError/KeyError/TypeError on bad data and
+        SpaceError on an expression outside the language."""
         if not str(data["entry"]).isidentifier():
             raise ValueError(f"entry {data['entry']!r} is not an identifier")
+        if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["target"])):
+            raise ValueError(f"target {data['target']!r} (expected sm_XY, e.g. sm_90a)")
+        grid = tuple(str(text) for text in data["grid"])
+        block = tuple(int(side) for side in data["block"])
+        if not all(1 <= side <= MAX_BLOCK for side in block) or not 0 <= int(data["dynamic_smem"]) < 2**31:
+            raise ValueError(f"block {list(block)} (sides 1..{MAX_BLOCK}) or dynamic_smem {data['dynamic_smem']!r}")
+        k_tiles = str(data.get("k_tiles", "K"))  # tables written before it: every k-tile counts alike
+        serves = str(data.get("serves", "1"))  # tables written before it hold builds for any shape
         maps = tuple(TensorMapSpec(str(t["name"]), str(t["operand"]), (int(t["box"][0]), int(t["box"][1])),
                                    int(t["swizzle"])) for t in data.get("tensor_maps", []))
+        if not all(spec.name.isidentifier() for spec in maps):
+            raise ValueError(f"tensor map names {[spec.name for spec in maps]} must be identifiers")
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
                    dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
                    k_tiles=k_tiles, serves=serves)
 
 
-def _compiled(expression: str, name: str) -> Callable:
-    """``lambda M, N, K: expression``, compiled once; the expressions were checked by check_expression."""
-    code = compile(f"lambda M, N, K: {expression}", name, "eval")
-    return eval(code, {"__builtins__": {}, **_FUNCTIONS})  # noqa: S307
+@dataclasses.dataclass(frozen=True)
+class ContractExpressions:
+    """A contract's expressions, checked, and its grid as one function."""
+
+    grid: tuple[SizeExpression, SizeExpression, SizeExpression]
+    k_tiles: SizeExpression
+    serves: SizeExpression
+
+    @functools.cached_property
+    def grid_function(self) -> Callable[[int, int, int], tuple[int, int, int]]:
+        return sizes_function(self.grid)  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=4096)
+def _expressions(grid: tuple[str, ...], k_tiles: str, serves: str) -> ContractExpressions:
+    return ContractExpressions(tuple(SizeExpression(text, f"grid {axis}") for axis, text in zip("xyz", grid)),
+                               SizeExpression(k_tiles, "k_tiles"), SizeExpression(serves, "serves"))
 
 
 def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchContract:
@@ -157,147 +166,21 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
         raise SpaceError(f"{config.name}: block, shared memory or tensor maps depend on the problem size")
     names = {key: value for key, value in space.values(config, gpu).items() if key not in ("gpu", "problem")}
     launch_text = tomllib.loads(space.source_text)["launch"]
-    grid = tuple(specialize(str(launch_text[key]), names, gpu) for key in ("grid_x", "grid_y"))
+    where = f"{space.family} [launch]"
+    grid = tuple(_over_sizes(str(launch_text[key]), names, gpu, f"{where} {key}") for key in ("grid_x", "grid_y"))
     # A space file may say what a block runs through where it is not its share of one tile's k-tiles
     # ([launch] k_tiles: a persistent kernel's blocks walk several tiles).
-    k_tiles = specialize(str(launch_text.get("k_tiles", K_TILES)), {"BK": 1, "SPLIT_K": 1, **names}, gpu)
+    k_tiles = _over_sizes(str(launch_text.get("k_tiles", K_TILES)), {"BK": 1, "SPLIT_K": 1, **names}, gpu,
+                          f"{where} k_tiles")
     # A build specialized to some problems ([specialize] knobs at 1) serves those where each expression holds.
-    serves = [specialize(expression.text, names, gpu)
+    serves = [_over_sizes(expression.text, names, gpu, f"{space.family} [specialize] {knob}")
               for knob, expression in space.specialized.items() if names[knob]]
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
                           dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
                           k_tiles=k_tiles, serves=" * ".join(f"({text})" for text in serves) if serves else "1")
 
 
-def specialize(text: str, names: dict[str, Any], gpu: GpuSpec) -> str:
-    """A space-file expression with every name but the problem sizes replaced by its value, folded.
-
-    ``cdiv(problem.n, BN)`` with BN = 128 becomes ``cdiv(N, 128)``.
-    """
-    tree = ast.parse(text, mode="eval").body
-    return ast.unparse(_fold(tree, names, gpu))
-
-
-def check_expression(text: str) -> None:
-    """Raise ValueError unless ``text`` is a grid expression of the contract's language."""
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as error:
-        raise ValueError(f"grid expression {text!r}: {error.msg}") from None
-    if len(text) > 500:
-        raise ValueError(f"grid expression of {len(text)} characters")
-    for node in ast.walk(tree.body):
-        allowed = (ast.BinOp, ast.Compare, ast.IfExp, ast.Call, ast.Name, ast.Load, ast.Constant,
-                   *_BINARY, *_COMPARE)
-        if not isinstance(node, allowed):
-            raise ValueError(f"grid expression {text!r}: {type(node).__name__} is not allowed")
-        if isinstance(node, ast.Name) and node.id not in SIZES and node.id not in _FUNCTIONS:
-            raise ValueError(f"grid expression {text!r}: unknown name {node.id!r}")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
-            raise ValueError(f"grid expression {text!r}: only {', '.join(_FUNCTIONS)} may be called")
-        if isinstance(node, ast.Constant) and (type(node.value) is not int or abs(node.value) >= 2**31):
-            raise ValueError(f"grid expression {text!r}: {node.value!r} is not a 32-bit integer")
-
-
-def to_c(text: str) -> str:
-    """The grid expression as a C expression over ``int64_t M, N, K`` (``cdiv``, ``min`` and ``max``
-    become the macros ``AUTOTUNE_CDIV``, ``AUTOTUNE_MIN`` and ``AUTOTUNE_MAX``)."""
-    check_expression(text)
-    return _c(ast.parse(text, mode="eval").body)
-
-
-def _c(node: ast.AST) -> str:
-    if isinstance(node, ast.Constant):
-        return str(node.value)
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.BinOp):
-        return f"({_c(node.left)} {_C_BINARY[type(node.op)]} {_c(node.right)})"
-    if isinstance(node, ast.Compare):
-        parts = [_c(node.left)]
-        for op, right in zip(node.ops, node.comparators):
-            parts += [_C_COMPARE[type(op)], _c(right)]
-        return "(" + " ".join(parts) + ")"
-    if isinstance(node, ast.IfExp):
-        return f"({_c(node.test)} ? {_c(node.body)} : {_c(node.orelse)})"
-    if isinstance(node, ast.Call):
-        return f"AUTOTUNE_{node.func.id.upper()}({', '.join(_c(a) for a in node.args)})"  # type: ignore[attr-defined]
-    raise ValueError(f"{type(node).__name__} has no C form")
-
-
-def _fold(node: ast.AST, names: dict[str, Any], gpu: GpuSpec) -> ast.expr:
-    """Substitute names, map ``problem.m`` to ``M``, and evaluate every subtree free of M, N and K."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        if node.value.id == "problem" and node.attr in _PROBLEM_SIZES:
-            return ast.Name(_PROBLEM_SIZES[node.attr], ast.Load())
-        if node.value.id == "gpu" and not node.attr.startswith("_"):
-            return _constant(getattr(gpu, node.attr))
-        raise SpaceError(f"launch expression: {ast.unparse(node)} cannot be part of a grid")
-    if isinstance(node, ast.Name):
-        if node.id in names:
-            return _constant(names[node.id])
-        raise SpaceError(f"launch expression: unknown name {node.id!r}")
-    if isinstance(node, ast.Constant):
-        return _constant(node.value)
-    if isinstance(node, ast.BinOp):
-        folded = ast.BinOp(_fold(node.left, names, gpu), node.op, _fold(node.right, names, gpu))
-    elif isinstance(node, ast.Compare):
-        folded = ast.Compare(_fold(node.left, names, gpu), node.ops, [_fold(c, names, gpu) for c in node.comparators])
-    elif isinstance(node, ast.IfExp):
-        folded = ast.IfExp(_fold(node.test, names, gpu), _fold(node.body, names, gpu), _fold(node.orelse, names, gpu))
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
-        folded = ast.Call(ast.Name(node.func.id, ast.Load()), [_fold(a, names, gpu) for a in node.args], [])
-    else:
-        raise SpaceError(f"launch expression: {ast.unparse(node)} cannot be part of a grid")
-    if not any(isinstance(n, ast.Name) and n.id in SIZES for n in ast.walk(folded)):
-        return _constant(_evaluate(folded, {}))
-    return _simplify(folded)
-
-
-def _simplify(node: ast.expr) -> ast.expr:
-    """Drop the identities a substitution leaves behind: ``x * 1``, ``cdiv(x, 1)``, ``x // 1``,
-    ``x + 0`` and conditionals on a constant."""
-    one = lambda n: isinstance(n, ast.Constant) and n.value == 1  # noqa: E731
-    zero = lambda n: isinstance(n, ast.Constant) and n.value == 0  # noqa: E731
-    if isinstance(node, ast.IfExp) and isinstance(node.test, ast.Constant):
-        return node.body if node.test.value else node.orelse
-    if isinstance(node, ast.BinOp):
-        if isinstance(node.op, ast.Mult) and one(node.left):
-            return node.right
-        if isinstance(node.op, (ast.Mult, ast.FloorDiv)) and one(node.right):
-            return node.left
-        if isinstance(node.op, (ast.Add, ast.Sub)) and zero(node.right):
-            return node.left
-    if isinstance(node, ast.Call) and node.func.id == "cdiv" and one(node.args[1]):  # type: ignore[attr-defined]
-        return node.args[0]
-    return node
-
-
-def _constant(value: Any) -> ast.Constant:
-    if isinstance(value, bool):
-        value = int(value)
-    if type(value) is not int:
-        raise SpaceError(f"launch expression: {value!r} is not an integer")
-    return ast.Constant(value)
-
-
-def _evaluate(node: ast.AST, sizes: dict[str, int]) -> int:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return sizes[node.id]
-    if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes))
-    if isinstance(node, ast.Compare):
-        left = _evaluate(node.left, sizes)
-        for op, comparator in zip(node.ops, node.comparators):
-            right = _evaluate(comparator, sizes)
-            if not _COMPARE[type(op)](left, right):
-                return 0
-            left = right
-        return 1
-    if isinstance(node, ast.IfExp):
-        return _evaluate(node.body if _evaluate(node.test, sizes) else node.orelse, sizes)
-    if isinstance(node, ast.Call):
-        return _FUNCTIONS[node.func.id](*(_evaluate(a, sizes) for a in node.args))  # type: ignore[attr-defined]
-    raise SpaceError(f"{type(node).__name__} in a grid expression")
+def _over_sizes(text: str, names: dict[str, Any], gpu: GpuSpec, where: str) -> str:
+    """A space-file expression with every name but the problem sizes replaced by its value, folded
+    (``cdiv(problem.n, BN)`` with BN = 128 becomes ``cdiv(N, 128)``)."""
+    return Expression(text, where, names).over_sizes({**names, "gpu": gpu}).text

@@ -1,7 +1,7 @@
 """NVRTC's C API through ctypes: a compile process loads NVRTC alone, not CuPy and NumPy.
 
-The library is the one CuPy loads, found the same way (``cuda.pathfinder``, a CuPy
-dependency): pip's ``nvidia-cuda-nvrtc`` first, then a CUDA toolkit. Importing
+The library is the one CuPy loads, found the same way (``cuda.pathfinder``): pip's
+``nvidia-cuda-nvrtc`` (CUDA 13) or ``nvidia-cuda-nvrtc-cu12`` first, then a CUDA toolkit. Importing
 CuPy's own NVRTC binding imports CuPy and NumPy, about a third of a second per
 process, and a search starts a compile process per core.
 """
@@ -32,7 +32,8 @@ def _library() -> ctypes.CDLL:
         path = load_nvidia_dynamic_lib("nvrtc").abs_path
         library = ctypes.CDLL(path)
     except Exception as error:  # pathfinder missing, no NVRTC found, or a library that will not load
-        raise CompilerError(f"cannot load NVRTC ({error}); install nvidia-cuda-nvrtc") from None
+        raise CompilerError(f"cannot load NVRTC ({error}); install it with the cuda13 or cuda12 extra: "
+                            "pip install 'autotune[cuda13]'") from None
     library.nvrtcGetErrorString.restype = ctypes.c_char_p
     return library
 

@@ -10,43 +10,14 @@ would have launched, so the runtime's dispatch can be tested with no GPU.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy
 
+from autotune.export.compile import compile_table_kernel
+from autotune.gpu.launch import KernelLaunch, load_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
-from autotune.select.kernel_table import TableKernel, compile_table_kernel
-
-SMEM_DEFAULT_LIMIT = 48 * 1024
-
-
-class _Launch:
-    """One kernel on one problem size, its arguments prepared for ``cuLaunchKernel``.
-
-    The arguments live in NumPy buffers whose addresses form the kernel-parameter
-    array, so a call only writes what changed (pointers, scalars, tensor maps) and
-    launches: no per-call argument conversion.
-    """
-
-    def __init__(self, function, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
-                 kernel: TableKernel, maps: int):
-        self.function, self.grid, self.block, self.shared_mem, self.kernel = function, grid, block, shared_mem, kernel
-        self.pointers = numpy.zeros(3, numpy.uint64)
-        self.sizes = numpy.zeros(3, numpy.int32)
-        self.scalars = numpy.zeros(2, numpy.float32)
-        raw = numpy.zeros(maps * 128 + 64, numpy.uint8)
-        offset = -raw.ctypes.data % 64  # CUtensorMap is 64-byte aligned
-        self.maps = raw[offset:offset + maps * 128]
-        self._raw = raw
-        addresses = [self.pointers.ctypes.data + 8 * i for i in range(3)]
-        addresses += [self.sizes.ctypes.data + 4 * i for i in range(3)]
-        addresses += [self.scalars.ctypes.data + 4 * i for i in range(2)]
-        addresses += [self.maps.ctypes.data + 128 * i for i in range(maps)]
-        self.parameters = numpy.array(addresses, dtype=numpy.uint64)
-        self.described: tuple | None = None  # (a, b, c pointers) the buffers hold
-        self.scaled: tuple[float, float] | None = None
-        self.lock = threading.Lock()
+from autotune.select.kernel_table import TableKernel
 
 
 class CupyDevice:
@@ -62,7 +33,7 @@ class CupyDevice:
         self.name = name.decode() if isinstance(name, bytes) else str(name)
         self.arch = f"sm_{props['major']}{props['minor']}"
         self._functions: dict[str, Any] = {}  # kernel name -> loaded function
-        self._launches: dict[tuple, _Launch] = {}  # (kernel name, m, n, k) -> prepared launch
+        self._launches: dict[tuple, KernelLaunch] = {}  # (kernel name, m, n, k) -> prepared launch
         self._streams: dict[int, Any] = {}
 
     # -- operands ----------------------------------------------------------------------
@@ -102,27 +73,11 @@ class CupyDevice:
         m, k = a.shape
         n = b.shape[1]
         launch = self._launches.get((kernel.name, m, n, k)) or self._prepare(kernel, arch, m, n, k)
-        described = (a.pointer, b.pointer, c.pointer)
-        with launch.lock:
-            if described != launch.described:
-                launch.pointers[:] = described
-                if kernel.launch.tensor_maps:
-                    launch.maps[:] = numpy.frombuffer(b"".join(self._encode_maps(kernel, a, b, c, m, n, k)),
-                                                      numpy.uint8)
-                launch.described = described
-            if (alpha, beta) != launch.scaled:
-                launch.scalars[:] = (alpha, beta)
-                launch.scaled = (alpha, beta)
-            self._launch(launch, stream)
-
-    def _launch(self, launch: _Launch, stream) -> None:
-        driver = self.cupy.cuda.driver
         if self.cupy.cuda.runtime.getDevice() != self.index:
             with self.cupy.cuda.Device(self.index):
-                return self._launch(launch, stream)
-        (gx, gy, gz), (bx, by, bz) = launch.grid, launch.block
-        driver.launchKernel(launch.function.ptr, gx, gy, gz, bx, by, bz, launch.shared_mem, stream.ptr,
-                            launch.parameters.ctypes.data, 0)
+                launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.array.itemsize, alpha, beta)
+            return
+        launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.array.itemsize, alpha, beta)
 
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
@@ -147,38 +102,21 @@ class CupyDevice:
         else:
             c.array[...] = alpha * product + beta * c.array
 
-    def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> _Launch:
+    def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> KernelLaunch:
         """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""
         function = self._functions.get(kernel.name) or self._load(kernel, arch)
-        launch = _Launch(function, kernel.launch.grid_for(m, n, k), kernel.launch.block, kernel.launch.dynamic_smem,
-                         kernel, len(kernel.launch.tensor_maps))
-        launch.sizes[:] = (m, n, k)
+        launch = KernelLaunch(self.cupy, function, kernel.launch.grid_for(m, n, k), kernel.launch.block,
+                              kernel.launch.dynamic_smem, (m, n, k), kernel.launch.tensor_maps)
         self._launches[(kernel.name, m, n, k)] = launch
         return launch
 
     def _load(self, kernel: TableKernel, arch: str):
         compiled = compile_table_kernel(kernel, arch)
         with self.cupy.cuda.Device(self.index):
-            module = self.cupy.cuda.function.Module()
-            module.load(compiled.cubin)
-            function = module.get_function(kernel.launch.entry)  # keeps the module loaded
-            shared = kernel.launch.dynamic_smem
-            if kernel.launch.opt_in and shared > SMEM_DEFAULT_LIMIT:
-                driver = self.cupy.cuda.driver
-                driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+            function = load_kernel(self.cupy, compiled.cubin, kernel.launch.entry, kernel.launch.dynamic_smem,
+                                   kernel.launch.opt_in)
         self._functions[kernel.name] = function
         return function
-
-    @staticmethod
-    def _encode_maps(kernel: TableKernel, a: Operand, b: Operand, c: Operand, m: int, n: int, k: int) -> list[bytes]:
-        """The kernel's tensor maps for these operands; zeros for an operand TMA cannot address (the kernel
-        then copies element-wise)."""
-        from autotune.kernel_abi import argument
-
-        operands = {"A": a, "B": b, "C": c}
-        maps = [argument(spec, operands[spec.operand].pointer, m, n, k, operands[spec.operand].array.itemsize)
-                for spec in kernel.launch.tensor_maps]
-        return maps
 
 
 class HostDevice:

@@ -21,7 +21,8 @@ from autotune.errors import AutotuneError
 from autotune.gpu_specs import spec_for_device
 from autotune.problem import DTYPES
 from autotune.runtime.dispatch import TableChoice
-from autotune.select.kernel_table import KernelTable, TableError, build_table, read_table
+from autotune.select.kernel_table import KernelTable, TableError, read_table
+from autotune.select.selection import build_table
 
 TABLE_VARIABLE = "AUTOTUNE_TABLE"
 
@@ -123,10 +124,10 @@ def shipped_table_path(key: str | None, arch: str) -> Path:
 def _shipped_digest(*extra) -> str:
     """A hash of the shipped results files, autotune's version and ``extra``."""
     from autotune import __version__
-    from autotune.data_files import data_dir
+    from autotune.data_files import shipped_results
 
     digest = hashlib.sha256(json.dumps([__version__, *extra]).encode())
-    for path in sorted(data_dir("tuned_db").glob("*.jsonl")):
+    for path in shipped_results():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -141,7 +142,7 @@ def _existing_default() -> str | None:
 def shipped_store():
     """A database holding the tuned results that ship with autotune, built once into the disk cache
     (``<cache>/shipped``, named after a hash of those results and autotune's version) and opened from there."""
-    from autotune.data_files import data_dir
+    from autotune.data_files import shipped_results
     from autotune.kernel.compile import cache_dir
     from autotune.results import ResultStore
     from autotune.results import files as tuned
@@ -151,7 +152,7 @@ def shipped_store():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.stem}.tmp{os.getpid()}.db")
         with ResultStore(f"sqlite:///{partial}") as building:
-            for results in sorted(data_dir("tuned_db").glob("*.jsonl")):
+            for results in shipped_results():
                 tuned.import_file(building, results)
         partial.replace(path)
     return ResultStore(f"sqlite:///{path}")

@@ -1,2 +1,2 @@
-"""Stage 5, the search: which config next, a compile pipeline ahead of the GPU workers, the Optuna
-study, sweeps over many shapes and the ladder."""
+"""Stage 5, the search: starting one, which config next, a compile pipeline ahead of the GPU workers,
+evaluating a candidate, the Optuna study, sweeps over many shapes and the ladder."""

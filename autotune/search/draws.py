@@ -1,14 +1,14 @@
 """Feasible configs drawn at random: what a search tries before TPE has results to learn from.
 
 A search's opening (its warm-start configs, the space's seeds, then uniformly
-random feasible configs) needs no study: the command line draws it and starts
-compiling it before Optuna and the database are loaded, and the search draws the
-same opening from the same seed and takes those compiles over. This module
-loads neither Optuna nor NumPy.
+random feasible configs) needs no study: :mod:`autotune.search.start` draws it and
+starts compiling it before Optuna and the database are loaded, and the search takes
+the opening and its draws over. This module loads neither Optuna nor NumPy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -106,3 +106,17 @@ class FeasibleDraws:
                 break
             chosen[config.name] = config
         return list(chosen.values())
+
+    def take_over(self, earlier: FeasibleDraws) -> None:
+        """Go on from ``earlier``'s draws (of the same space, GPU, problem and warm start): its random
+        state, the configs it checked and those it rejected, as if these draws had made them."""
+        self.rng, self.rejected = earlier.rng, earlier.rejected
+        self._feasible, self._listed = earlier._feasible, earlier._listed
+
+
+@dataclasses.dataclass(frozen=True)
+class Opening:
+    """A search's opening drawn ahead of the search: its configs, and the draws that go on after them."""
+
+    configs: tuple[Config, ...]
+    draws: FeasibleDraws

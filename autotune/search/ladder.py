@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune.errors import InputError, SearchError
-from autotune.gpu.worker import CublasTask, GpuWorker
+from autotune.errors import InputError
+from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.build import compile_result, finish_build
 from autotune.kernel.compile import CompilePool
 from autotune.kernel.render import render
 from autotune.problem import GemmProblem
-from autotune.records import Failure, Measurement
+from autotune.records import Environment, Failure, Measurement
 from autotune.results import ResultStore
-from autotune.search.search import kernel_task
+from autotune.search.evaluate import Measuring, Recorder, run_cublas
+from autotune.search.start import GpuRequest, attached_worker
 from autotune.space.family import Config, load_space, shipped_families
 
 LADDER_STUDY = "ladder"
+RUNG_TIMEOUT_S = 600.0  # a rung's timeout: the naive rungs take far longer than cuBLAS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,17 +61,36 @@ class Rung:
     outcome: Measurement | Failure | None  # None: no tuned result to measure
 
 
+@dataclasses.dataclass(frozen=True)
+class Ladder:
+    """The ladder measured on one GPU: its rungs and cuBLAS."""
+
+    env: Environment
+    rungs: tuple[Rung, ...]
+    cublas: Measurement
+
+
+def climb_attached(gpu: GpuRequest, problem: GemmProblem, db: str | None, repeats: int = 20) -> Ladder:
+    """Start a GPU worker (the GPU must be the one ``gpu`` asks for), open the results database at
+    ``db`` and :func:`climb` the ladder there."""
+    from autotune.results.opening import open_store
+
+    store = open_store(db)
+    with attached_worker(gpu) as (worker, spec):
+        rungs, cublas = climb(worker, store, spec, problem, repeats=repeats)
+        return Ladder(worker.environment(), tuple(rungs), cublas)
+
+
 def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProblem,
           seed: int = 0, warmup: int = 3, repeats: int = 20) -> tuple[list[Rung], Measurement]:
     """Measure every rung and cuBLAS in this run; returns the rungs and cuBLAS."""
-    env = worker.environment()
+    recorder = Recorder(store, worker.environment(), problem, LADDER_STUDY)
+    measuring = Measuring(problem, seed, warmup, repeats)
     steps = [(step.label, load_space(step.family).config(step.params)) for step in LADDERS[problem.dtype]]
     tuned = _tuned_config(store, gpu, problem)
     steps.append(("tuned (best in the database)", tuned))
-    cublas = worker.run(CublasTask(problem, seed, warmup, repeats), timeout_s=300.0)
-    if isinstance(cublas, Failure):
-        raise SearchError(f"cuBLAS reference failed: {cublas.failure_class}: {cublas.message}")
-    store.add_measurement(env, problem, None, None, cublas, LADDER_STUDY)
+    cublas = run_cublas(worker, measuring)
+    recorder.cublas(cublas)
     rungs = []
     with CompilePool(min(len(steps), 8)) as pool:
         futures = [(label, config, config and pool.submit(render(load_space(config.family), config, gpu)))
@@ -78,10 +100,11 @@ def climb(worker: GpuWorker, store: ResultStore, gpu: GpuSpec, problem: GemmProb
                 rungs.append(Rung(label, None, None))
                 continue
             space = load_space(config.family)
-            task = kernel_task(space, config, future.result(), gpu, problem, seed, warmup, repeats)
-            outcome = task if isinstance(task, Failure) else worker.run(task, timeout_s=600.0)
+            built = finish_build(space, config, compile_result(future), gpu, problem)
+            outcome = built if isinstance(built, Failure) else worker.run(measuring.task(built),
+                                                                          timeout_s=RUNG_TIMEOUT_S)
             if isinstance(outcome, Measurement):
-                store.add_measurement(env, problem, config, space.template_hash, outcome, LADDER_STUDY)
+                recorder.measurement(space, config, outcome)
             rungs.append(Rung(label, config, outcome))
     return rungs, cublas
 

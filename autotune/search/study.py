@@ -176,8 +176,7 @@ class StudyLedger:
         self.budget = budget
         self.distributions = distributions
         self.heartbeat_s, self.grace_s = heartbeat_s, grace_s
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.storage = _retried(lambda: _rdb_storage(url, heartbeat_s, grace_s), f"open the Optuna storage of {shown_url(url)}")
+        self.storage = _retried(lambda: optuna_storage(url, heartbeat_s, grace_s), f"open the Optuna storage of {shown_url(url)}")
         self.study = _retried(lambda: optuna.create_study(
             study_name=name, storage=self.storage, sampler=sampler, directions=directions, load_if_exists=True),
             f"create or load study {name}")
@@ -323,10 +322,22 @@ class StudyLedger:
                     pass  # the next round tries again; a grace period is several rounds long
 
 
-def _rdb_storage(url: str, heartbeat_s: int, grace_s: int) -> optuna.storages.RDBStorage:
+def optuna_storage(url: str, heartbeat_s: int | None = None, grace_s: int | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's storage in the results database at ``url``; its running trials beat every ``heartbeat_s``
+    where given (a search's slots).
+
+    Raises:
+        DatabaseError: Optuna's tables there have a schema this Optuna does not read (written by a
+            newer Optuna, or an older one's that needs upgrading).
+    """
     engine_kwargs = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if url.startswith("sqlite") else {}
-    storage = _quietly(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                                          heartbeat_interval=heartbeat_s, grace_period=grace_s))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = _quietly(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                              heartbeat_interval=heartbeat_s, grace_period=grace_s))
+    except RuntimeError as error:  # Optuna's check of its table schema against its own version
+        raise DatabaseError(f"cannot use the Optuna studies in {shown_url(url)}: {' '.join(str(error).split())}") \
+            from None
     sync_commits_as_wal_needs(storage.engine)
     return storage
 

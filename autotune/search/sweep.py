@@ -24,16 +24,15 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import time
-import warnings
 from collections.abc import Callable, Sequence
 
-import optuna
 from sqlalchemy import select
 
 from autotune.errors import InputError
 from autotune.gpu.race import race_stages
 from autotune.gpu.worker import GpuWorker
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.build import compile_result, finish_build
 from autotune.kernel.compile import CompiledKernel, CompileFailure, CompilePool
 from autotune.kernel.render import render
 from autotune.problem import GemmProblem
@@ -43,33 +42,16 @@ from autotune.results.models import Environment, Kernel, Problem
 from autotune.results.models import Failure as FailureRow
 from autotune.results.models import Measurement as MeasurementRow
 from autotune.results.rows import problem_fields
-from autotune.search.search import Search, SearchSettings, kernel_task, study_name
-from autotune.search.study import StudyView, trial_ms, trial_params
+from autotune.search.evaluate import Measuring, Recorder, run_candidate
+from autotune.search.search import Search, study_name
+from autotune.search.settings import WARM_NEIGHBOURS, WARM_PER_NEIGHBOUR, SweepSettings
+from autotune.search.study import StudyView, optuna_storage, trial_ms, trial_params
 from autotune.shapes import nearest
 from autotune.space.family import Config, SearchSpace
 
-DEFAULT_TRIALS = 24  # GPU evaluations per shape
-DEFAULT_TOP = 4  # configs per shape measured at every other shape
-WARM_NEIGHBOURS = 2  # tuned shapes a search is warm-started from...
-WARM_PER_NEIGHBOUR = 3  # ...and configs taken from each
 CROSS = "cross"  # the study label of cross measurements: "<the shape's study>/cross"
 CROSS_RACE_MARGINS = ((3, 1.5),)  # a cross candidate whose first 3 launches are 1.5x a shape's best stops timing
 CUBLAS_MS_UNKNOWN = 10.0  # the cuBLAS time a cross candidate's timeout assumes where none is stored
-SQLITE_LOCK_TIMEOUT_S = 60.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepSettings:
-    """Knobs of a sweep. ``search`` holds those of each shape's search (its ``trials`` and
-    ``timeout_s`` are set per shape from ``trials`` and what is left of ``timeout_s``)."""
-
-    trials: int = DEFAULT_TRIALS
-    top: int = DEFAULT_TOP  # 0: no cross measurement
-    neighbours: int = WARM_NEIGHBOURS
-    per_neighbour: int = WARM_PER_NEIGHBOUR
-    timeout_s: float | None = None  # wall-clock limit of this run
-    cross_from: tuple[GemmProblem, ...] = ()  # the shapes whose best configs are cross-measured (default: the swept)
-    search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
 
 
 @dataclasses.dataclass
@@ -144,7 +126,7 @@ class Sweep:
         self.store, self.worker, self.pool, self.settings = store, worker, pool, settings
         self.on_progress, self.on_shape = on_progress, on_shape
         self.names = {problem: study_name(space, gpu.key, problem) for problem in self.problems}
-        self._storage = _optuna_storage(store.url)
+        self._storage = optuna_storage(store.url)
         self._started = time.monotonic()
         self._done: dict[GemmProblem, int] = {}  # evaluations per shape, as last seen
         self._best: dict[GemmProblem, float | None] = {}  # the best time of each shape's search
@@ -239,13 +221,11 @@ class Sweep:
                 for future in compiles.values():
                     future.cancel()
                 return CrossOutcome(len(configs), measured, failed, earlier, infeasible), False
-            outcome = self._measure(config, problem, _compiled(compiles[config]))
-            label = f"{self.names[problem]}/{CROSS}"
+            outcome = self._measure(config, problem, compile_result(compiles[config]))
+            Recorder(self.store, env, problem, f"{self.names[problem]}/{CROSS}").outcome(self.space, config, outcome)
             if isinstance(outcome, Failure):
-                self.store.add_failure(env, problem, config, self.space.template_hash, outcome, label)
                 failed += 1
             else:
-                self.store.add_measurement(env, problem, config, self.space.template_hash, outcome, label)
                 measured += 1
             self._progress.evaluated += 1
             self._progress.measured_now += 1
@@ -270,16 +250,16 @@ class Sweep:
     def _measure(self, config: Config, problem: GemmProblem,
                  compiled: CompiledKernel | CompileFailure) -> Measurement | Failure:
         """Verify and time ``config`` at ``problem`` like a search candidate, racing it against the shape's best."""
-        search = self.settings.search
-        task = kernel_task(self.space, config, compiled, self.gpu, problem, search.seed, search.warmup, search.repeats)
-        if isinstance(task, Failure):
-            return task
+        built = finish_build(self.space, config, compiled, self.gpu, problem)
+        if isinstance(built, Failure):
+            return built
+        measuring = Measuring.of(problem, self.settings.search)
+        task = measuring.task(built)
         best_ms = self._best_ms(problem)
-        if best_ms is not None and search.race:
+        if best_ms is not None and self.settings.search.race:
             task = dataclasses.replace(task, race=race_stages(best_ms, CROSS_RACE_MARGINS))
         cublas_ms = self.store.cublas_reference(self.gpu.key, problem) or CUBLAS_MS_UNKNOWN
-        launches = search.warmup + search.repeats + 4
-        return self.worker.run(task, timeout_s=15.0 + 50.0 * launches * cublas_ms / 1e3)  # a search's timeout
+        return run_candidate(self.worker, task, measuring, cublas_ms)
 
     def _best_ms(self, problem: GemmProblem) -> float | None:
         """The best time the shape's search found (the cross measurement's racing yardstick)."""
@@ -378,20 +358,3 @@ class _SearchPool:
     def close(self, wait: bool = True) -> None:
         for future in self._futures:
             future.cancel()
-
-
-def _compiled(future: concurrent.futures.Future) -> CompiledKernel | CompileFailure:
-    """A compile's result; an error inside the compile process becomes a compile failure."""
-    try:
-        return future.result()
-    except Exception as error:  # raised in the pool process
-        return CompileFailure("?", f"{type(error).__name__}: {error}", "")
-
-
-def _optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's storage in the results database, for reading the shapes' studies."""
-    engine_kwargs = {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if url.startswith("sqlite") else {}
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)

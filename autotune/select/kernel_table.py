@@ -1,26 +1,30 @@
 """The kernel table: what a program needs to call tuned kernels, with no database.
 
 A :class:`KernelTable` holds, for one GPU (or every GPU of one architecture)
-and each dtype, the kernels the selection table chose (at most 16, each with
-its launch contract and, once compiled, its cubin; a kernel built for whole
-tiles brings its build for any shape, launched where the shape has partial
-tiles) and the rules that map a
-shape to one of them: the tuned shapes, each with the times of those kernels
-measured there and its measured quality. A shape gets, of the kernels measured
-at the nearest tuned shape, the one whose time there scaled by the change in
-its busiest SM's work is least (:mod:`autotune.select.selection`, :mod:`autotune.select.scaling`).
+and each dtype, the kernels a selection chose (at most 16, each with its
+launch contract and, once compiled, its cubin; a kernel built for whole tiles
+brings its build for any shape, launched where the shape has partial tiles)
+and the rules that map a shape to one of them: the tuned shapes, each with the
+times of those kernels measured there and its measured quality. A shape gets,
+of the kernels measured at the nearest tuned shape, the one whose time there
+scaled by the change in its busiest SM's work is least
+(:meth:`DtypeTable.pick`, :mod:`autotune.select.scaling`). This one rule is what
+``autotune table`` and ``plot`` show, what the runtime launches and what the C
+library's ``autotune_gemm_pick`` computes.
 
-It is written as JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 2) by
-``autotune export`` and read back by the runtime (:func:`autotune.load`).
-Version 1 files (one time per rule) are read too: their picks are the nearest
-tuned shape's kernel.
+A table is built from results by :mod:`autotune.select.selection` and compiled
+by :mod:`autotune.export.compile`; this module only holds it. It is written as
+JSON (:meth:`KernelTable.to_dict`, ``schema_version`` 2) by ``autotune export``
+and read back by the runtime (:func:`autotune.load`), checked as it is read:
+every number finite, every expression one the table can evaluate at every size
+it serves without leaving 64 bits. Version 1 files (one time per rule) are read
+too: their picks are the nearest tuned shape's kernel.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import datetime as dt
 import json
 import math
 import re
@@ -29,25 +33,21 @@ from typing import Any
 
 from autotune import __version__
 from autotune.errors import AutotuneError, InputError
+from autotune.expression import MAX_MAGNITUDE, MAX_SIZE, SIZES
 from autotune.gpu_specs import GPUS, GpuSpec
-from autotune.kernel.compile import CompiledKernel, compile_kernel
-from autotune.kernel.contract import LaunchContract, contract_for
+from autotune.kernel.contract import LaunchContract, cdiv
 from autotune.kernel.cubin import check_cubin
-from autotune.kernel.render import render
-from autotune.kernel.resources import resource_violation
 from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES
 from autotune.records import Resources
 from autotune.select.scaling import fastest
-from autotune.select.selection import MAX_KERNELS, held_out
-from autotune.select.selection import build as build_selection
 from autotune.shapes import nearest
-from autotune.space.family import load_space
 
 SCHEMA_VERSION = 2
 READS_SCHEMA_VERSIONS = (1, 2)
 TUNED_RANGE_FACTOR = 2  # a table serves sizes from half its smallest to twice its largest tuned size, per axis
 KIND = "autotune-kernel-table"
+MAX_SMS = 4096  # the most SMs a GPU of a table may have
 SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|, "
                   "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
                   "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
@@ -112,14 +112,33 @@ class TableRule:
     best_ms: float | None = None  # the fastest kernel measured here, in the table or not (files before it: None)
     times: tuple[tuple[str, float], ...] = ()  # the table's kernels measured here (name, ms), fastest first
 
-    def __post_init__(self):
+    def __post_init__(self):  # TableError for a size or time a table cannot hold
         if not self.times:  # a rule made with its own kernel only (version 1 files)
             object.__setattr__(self, "times", ((self.kernel, self.ms),))
+        sizes = [self.m, self.n, self.k]
+        if any(type(size) is not int or not 1 <= size <= MAX_SIZE for size in sizes):
+            raise TableError(f"rule {sizes}: sizes must be integers from 1 to {MAX_SIZE}")
+        numbers = {"ms": self.ms, "cublas_ms": self.cublas_ms, "best_ms": self.best_ms,
+                   "held_out_fraction_of_best": self.held_out_fraction_of_best}
+        for what, value in [*numbers.items(), *((f"time of {name}", ms) for name, ms in self.times)]:
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise TableError(f"rule {sizes}: {what} {value!r} is not a positive finite number")
+        if self.times[0][0] != self.kernel or [t for _, t in self.times] != sorted(t for _, t in self.times):
+            raise TableError(f"rule {sizes}: times must start with its kernel and be positive, fastest first")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
 
     @property
     def ratio_to_cublas(self) -> float | None:
         """cuBLAS time over this kernel's time where both were measured (above 1: faster than cuBLAS)."""
         return self.cublas_ms / self.ms if self.cublas_ms else None
+
+    @property
+    def fraction_of_best(self) -> float | None:
+        """The fastest time measured here over this kernel's (1: the kernel is the best measured here)."""
+        return self.best_ms / self.ms if self.best_ms else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"m": self.m, "n": self.n, "k": self.k, "kernel": self.kernel, "ms": self.ms,
@@ -131,14 +150,11 @@ class TableRule:
     def from_dict(cls, data: dict[str, Any]) -> TableRule:
         sizes = [int(data[axis]) for axis in ("m", "n", "k")]
         ms = float(data["ms"])
-        if min(sizes) < 1 or not (math.isfinite(ms) and ms > 0):
-            raise ValueError(f"rule {sizes}: sizes must be >= 1 and ms a positive number, got {ms}")
         cublas = data.get("cublas_ms")
         held = data.get("held_out_fraction_of_best")
         best = data.get("best_ms")
         times = tuple((str(name), float(time)) for name, time in data.get("times", [[data["kernel"], ms]]))
-        if not times or times[0][0] != str(data["kernel"]) or any(
-                not (math.isfinite(t) and t > 0) for _, t in times) or [t for _, t in times] != sorted(t for _, t in times):
+        if not times:
             raise ValueError(f"rule {sizes}: times must start with its kernel and be positive, fastest first")
         return cls(*sizes, kernel=str(data["kernel"]), ms=ms, cublas_ms=float(cublas) if cublas else None,
                    measured_on=str(data["measured_on"]), held_out_fraction_of_best=float(held) if held else None,
@@ -160,23 +176,62 @@ class TablePick:
 
 @dataclasses.dataclass(frozen=True)
 class DtypeTable:
-    """The kernels and rules of one dtype, and the SM count their times scale with."""
+    """The kernels and rules of one dtype, and the SM count their times scale with.
+
+    A table built from results lists its kernels in the order its selection chose them, then the builds
+    for any shape of those built for whole tiles. Making one checks that each kernel's grid and k-tiles
+    are at least 1 and its work (:meth:`LaunchContract.work`) stays within 64 bits at every size from 1
+    to the largest the table serves (TableError otherwise), so a pick never fails at its first call.
+    """
 
     kernels: tuple[TableKernel, ...]
     rules: tuple[TableRule, ...]
     sms: int = 1
 
+    def __post_init__(self):
+        if type(self.sms) is not int or not 1 <= self.sms <= MAX_SMS:
+            raise TableError(f"sms {self.sms!r} (expected an integer from 1 to {MAX_SMS})")
+        if self.rules:  # every size from 1 to the largest served, so that picks outside the range evaluate too
+            domain = {size: (1, min(high, MAX_SIZE)) for size, (_, high) in self.served_sizes().items()}
+            for kernel in self.kernels:
+                _check_bounded(kernel, domain, self.sms)
+
     def kernel(self, name: str) -> TableKernel:
         return next(kernel for kernel in self.kernels if kernel.name == name)
+
+    @property
+    def chosen(self) -> tuple[TableKernel, ...]:
+        """The kernels the rules choose among (those their times name), in the table's order."""
+        named = {name for rule in self.rules for name, _ in rule.times}
+        return tuple(kernel for kernel in self.kernels if kernel.name in named)
+
+    def short_name(self, name: str) -> str:
+        """``k1`` for the first kernel the rules choose among, ``k2`` for the next, ...; ``k2-any`` for the
+        build for any shape of ``k2`` (built for whole tiles); any other name as it is."""
+        chosen = [kernel.name for kernel in self.chosen]
+        if name in chosen:
+            return f"k{chosen.index(name) + 1}"
+        whole = next((kernel.name for kernel in self.chosen if kernel.any_shape == name), None)
+        return f"{self.short_name(whole)}-any" if whole else name
+
+    def served(self, name: str) -> int:
+        """How many rules have ``name`` as their kernel."""
+        return sum(1 for rule in self.rules if rule.kernel == name)
+
+    def served_sizes(self) -> dict[str, tuple[int, int]]:
+        """Per size (M, N, K), the least and greatest the rules serve (see :meth:`outside`)."""
+        ranges = {}
+        for size, axis in zip(SIZES, "mnk"):
+            tuned = [getattr(rule, axis) for rule in self.rules]
+            ranges[size] = (-(-min(tuned) // TUNED_RANGE_FACTOR), max(tuned) * TUNED_RANGE_FACTOR)
+        return ranges
 
     def outside(self, m: int, n: int, k: int) -> str | None:
         """Why ``m x n x k`` is outside what the rules cover (None if inside): each size must lie within
         half the smallest and twice the largest tuned size of its axis (TUNED_RANGE_FACTOR)."""
-        for axis, size in zip("mnk", (m, n, k)):
-            tuned = [getattr(rule, axis) for rule in self.rules]
-            low, high = -(-min(tuned) // TUNED_RANGE_FACTOR), max(tuned) * TUNED_RANGE_FACTOR
-            if not low <= size <= high:
-                return f"{axis} = {size} is outside the tuned range of {axis} ({low}..{high})"
+        for (low, high), axis, value in zip(self.served_sizes().values(), "mnk", (m, n, k)):
+            if not low <= value <= high:
+                return f"{axis} = {value} is outside the tuned range of {axis} ({low}..{high})"
         return None
 
     def pick(self, m: int, n: int, k: int) -> TablePick | None:
@@ -194,6 +249,28 @@ class DtypeTable:
         if not measured.launch.serves_shape(m, n, k):  # built for whole tiles, say: its build for any shape
             chosen = self.kernel(measured.any_shape)  # type: ignore[arg-type]
         return TablePick(rule, chosen.name, measured.name)
+
+
+def _check_bounded(kernel: TableKernel, domain: dict[str, tuple[int, int]], sms: int) -> None:
+    """TableError unless ``kernel``'s grid and k-tiles are at least 1 and its work fits 64 bits over ``domain``."""
+    expressions = kernel.launch.expressions
+    try:
+        grid = [side.bounds(domain, MAX_MAGNITUDE) for side in expressions.grid]
+        tiles = expressions.k_tiles.bounds(domain, MAX_MAGNITUDE)
+        expressions.serves.bounds(domain, MAX_MAGNITUDE)
+    except AutotuneError as error:
+        raise TableError(str(error)) from None
+    if min(low for low, _ in [*grid, tiles]) < 1:
+        raise TableError(f"{kernel.name}: its grid or k-tiles can be below 1 at sizes the table serves "
+                         f"(M, N, K from 1 to {_largest(domain)})")
+    blocks = math.prod(high for _, high in grid)
+    if blocks + sms >= MAX_MAGNITUDE or cdiv(blocks, sms) * tiles[1] >= MAX_MAGNITUDE:
+        raise TableError(f"{kernel.name}: its grid's blocks times its k-tiles leave 64 bits at sizes the table "
+                         f"serves (M, N, K from 1 to {_largest(domain)})")
+
+
+def _largest(domain: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(str(high) for _, high in domain.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +307,10 @@ class KernelTable:
             },
         }
 
+    def to_json(self, with_cubins: bool) -> str:
+        """The table file's text (:meth:`to_dict`)."""
+        return json.dumps(self.to_dict(with_cubins), indent=1, sort_keys=False) + "\n"
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "kernel table") -> KernelTable:
         """Read a table written by :meth:`to_dict`; one-line TableError for anything else."""
@@ -244,48 +325,56 @@ class KernelTable:
             for dtype, table in data["dtypes"].items():
                 if dtype not in DTYPES:
                     raise ValueError(f"dtype {dtype!r} (expected {', '.join(DTYPES)})")
-                kernels = tuple(TableKernel.from_dict(k) for k in table["kernels"])
-                rules = tuple(TableRule.from_dict(r) for r in table["rules"])
-                names = {k.name for k in kernels}
-                missing = [name for r in rules for name, _ in r.times if name not in names]
-                if missing:
-                    raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
-                for_any_shape = {k.name for k in kernels if k.launch.serves == "1"}
-                for kernel in kernels:
-                    if kernel.launch.serves != "1" and kernel.any_shape not in for_any_shape:
-                        raise ValueError(f"kernel {kernel.name!r} serves some shapes only and its any_shape "
-                                         f"{kernel.any_shape!r} is not a kernel of the table built for any shape")
-                sms = int(table.get("sms", 1))  # version 1: one time per rule, so the SM count never matters
-                if sms < 1:
-                    raise ValueError(f"sms {sms} (expected >= 1)")
-                dtypes[dtype] = DtypeTable(kernels, rules, sms)
+                dtypes[dtype] = _dtype_from_dict(table)
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["arch"])):
                 raise ValueError(f"arch {data['arch']!r} (expected sm_XY, e.g. sm_90)")
             if data.get("gpu") is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", str(data["gpu"])):
                 raise ValueError(f"gpu {data['gpu']!r} (expected a GPU key such as h200)")
             return cls(arch=str(data["arch"]), gpu=data.get("gpu"), measured_on=tuple(map(str, data["measured_on"])),
                        dtypes=dtypes, created_at=str(data.get("created_at", "")), source=str(data.get("source", "")))
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
+        except AutotuneError as error:
+            raise TableError(f"{where} is malformed: {error}") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
             raise TableError(f"{where} is malformed: {type(error).__name__}: {error}") from None
 
     def write(self, path: Path, with_cubins: bool) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(with_cubins), indent=1, sort_keys=False) + "\n")
+        Path(path).write_text(self.to_json(with_cubins))
 
-    def compiled(self) -> KernelTable:
-        """This table with every kernel compiled (NVRTC, offline; cubins come from the disk cache when there)."""
-        dtypes = {dtype: dataclasses.replace(t, kernels=tuple(compile_table_kernel(k, self.arch) for k in t.kernels))
-                  for dtype, t in self.dtypes.items()}
-        return dataclasses.replace(self, dtypes=dtypes)
+
+def _dtype_from_dict(table: dict[str, Any]) -> DtypeTable:
+    kernels = tuple(TableKernel.from_dict(k) for k in table["kernels"])
+    rules = tuple(TableRule.from_dict(r) for r in table["rules"])
+    names = [k.name for k in kernels]
+    if len(set(names)) != len(names):
+        raise ValueError(f"kernel {next(n for n in names if names.count(n) > 1)!r} is listed twice")
+    missing = [name for r in rules for name, _ in r.times if name not in names]
+    if missing:
+        raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
+    for_any_shape = {k.name for k in kernels if k.launch.serves == "1"}
+    for kernel in kernels:
+        if kernel.launch.serves != "1" and kernel.any_shape not in for_any_shape:
+            raise ValueError(f"kernel {kernel.name!r} serves some shapes only and its any_shape "
+                             f"{kernel.any_shape!r} is not a kernel of the table built for any shape")
+    sms = table.get("sms", 1)  # version 1: one time per rule, so the SM count never matters
+    if type(sms) is not int:
+        raise ValueError(f"sms {sms!r} (expected an integer >= 1)")
+    return DtypeTable(kernels, rules, sms)
 
 
 def read_table(path: Path) -> KernelTable:
     """A table file written by ``autotune export --format python`` or ``--format json``."""
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except OSError as error:
         raise InputError("kernel table", str(path), f"a readable file ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise TableError(f"{path} is not JSON: it is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
     except ValueError as error:
         raise TableError(f"{path} is not JSON: {error}") from None
+    except RecursionError:
+        raise TableError(f"{path} is not a kernel table: its JSON nests too deep") from None
     return KernelTable.from_dict(data, str(path))
 
 
@@ -298,83 +387,3 @@ def spec_for_arch(arch: str, gpu_key: str | None = None) -> GpuSpec:
         if spec.sm == arch:
             return spec
     raise InputError("--arch", arch, "an architecture of a known GPU: " + ", ".join(sorted({g.sm for g in GPUS.values()})))
-
-
-def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec) -> TableKernel:
-    """A table kernel for a recorded config (the family must be one autotune ships); a build for some
-    shapes only names its build for any shape (:func:`with_builds_for_any_shape` adds that one)."""
-    space = load_space(family)
-    config = space.config(params)
-    launch = contract_for(space, config, gpu)
-    any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
-    return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
-                       launch=launch, any_shape=any_shape)
-
-
-def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> dict[str, TableKernel]:
-    """``kernels`` and, for each built for some shapes only, its build for any shape: what the table
-    launches on the shapes that one is not built for."""
-    twins = {}
-    for kernel in kernels.values():
-        if kernel.any_shape and kernel.any_shape not in kernels:
-            space = load_space(kernel.family)
-            twin = space.for_any_problem(space.config(kernel.params))
-            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu)
-    return {**kernels, **twins}
-
-
-def compile_table_kernel(kernel: TableKernel, arch: str) -> TableKernel:
-    """``kernel`` with its cubin and ptxas resources; TableError if it does not compile or fit the GPU."""
-    if kernel.cubin is not None:
-        return kernel
-    gpu = spec_for_arch(arch)
-    space = load_space(kernel.family)
-    if space.template_hash != kernel.template_hash:
-        raise TableError(f"{kernel.name} was built from template {kernel.template_hash}, but this autotune's "
-                         f"{kernel.family} template is {space.template_hash}; export the table again")
-    compiled = compile_kernel(render(space, space.config(kernel.params), gpu))
-    if not isinstance(compiled, CompiledKernel):
-        raise TableError(f"{kernel.name} does not compile for {kernel.launch.target}: {compiled.message}")
-    resources = dataclasses.replace(compiled.resources, smem_dynamic=kernel.launch.dynamic_smem)
-    violation = resource_violation(resources, kernel.launch.block[0], gpu, kernel.launch.opt_in)
-    if violation:
-        raise TableError(f"{kernel.name} does not fit {gpu.key}: {violation}")
-    return dataclasses.replace(kernel, cubin=compiled.cubin, resources=resources)
-
-
-def build_table(store, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
-                max_kernels: int = MAX_KERNELS) -> KernelTable:
-    """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
-
-    Per dtype, the kernels are at most ``max_kernels`` configs chosen by the cover
-    of :func:`autotune.select.selection.build` (where several GPUs of the architecture timed a
-    config at a shape, the fastest measurement counts), and each tuned shape's rule
-    is the fastest of them measured there. Kernels are not compiled here
-    (:meth:`KernelTable.compiled`).
-    """
-    known = store.gpus()
-    if gpu is not None:
-        chosen = [(key, name, sm) for key, name, sm in known if key == gpu]
-        arch = chosen[0][2] if chosen else (GPUS[gpu].sm if gpu in GPUS else arch)
-    else:
-        chosen = [(key, name, sm) for key, name, sm in known if sm == arch]
-    if arch is None:
-        raise TableError(f"no results for {gpu} in {store.shown_url}")
-    spec = spec_for_arch(arch, gpu)
-    keys = [key for key, _, _ in chosen]
-    dtype_tables = {}
-    for dtype in dtypes:
-        selection, results = build_selection(store, spec, keys, dtype, max_kernels)
-        quality = {h.problem: h.fraction_of_best for h in held_out(selection, results)}
-        kernels = {kernel.name: table_kernel(kernel.family, kernel.params, spec) for kernel in selection.kernels}
-        rules = [TableRule(*rule.shape, kernel=kernels[rule.kernel.name].name, ms=rule.ms, cublas_ms=rule.cublas_ms,
-                           measured_on=rule.measured_on, held_out_fraction_of_best=quality.get(rule.problem),
-                           best_ms=rule.best_ms, times=tuple((kernels[name].name, ms) for name, ms in rule.times))
-                 for rule in selection.rules]
-        unique = with_builds_for_any_shape({kernel.name: kernel for kernel in kernels.values()}, spec)
-        dtype_tables[dtype] = DtypeTable(tuple(unique[name] for name in sorted(unique)),
-                                         tuple(sorted(rules, key=lambda r: (r.m * r.n * r.k, (r.m, r.n, r.k)))),
-                                         spec.sms)
-    names = tuple(sorted({name for _, name, _ in chosen}))
-    return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
-                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)

@@ -4,7 +4,9 @@
   training and held-out shape; shapes on the x axis grouped by (N, K) layer and
   ordered by M within a layer, log y; held-out shapes shaded.
 * ``kernel_map``: the kernel the table picks for M from 1 to 16384 (log x) on each
-  (N, K) layer, one colour per kernel; training shapes are dots, held-out ones crosses.
+  (N, K) layer, one colour per kernel the rules choose among (a kernel built for whole
+  tiles shares its colour with its build for any shape, launched where tiles are partial);
+  training shapes are dots, held-out ones crosses.
 
 matplotlib is an optional extra: ``pip install autotune[plot]``.
 """
@@ -17,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.errors import AutotuneError
-from autotune.problem import GemmProblem
-from autotune.select.selection import HeldOut, Results, SelectionTable, Shape
+from autotune.select.selection import HeldOut, Selection, Shape
 
 M_RANGE = (1, 16384)
 MAP_POINTS = 400  # M values per layer in the kernel map
@@ -40,13 +41,13 @@ def pyplot():
     return plt
 
 
-def write_plots(table: SelectionTable, results: Results, report: Sequence[HeldOut], held_out: bool, out: Path,
+def write_plots(selection: Selection, report: Sequence[HeldOut], held_out: bool, out: Path,
                 title: str, stem: str) -> list[Path]:
-    """Both plots of ``table`` as ``out/STEM_tflops.png`` and ``out/STEM_kernels.png``; their paths.
+    """Both plots of the selection's table as ``out/STEM_tflops.png`` and ``out/STEM_kernels.png``; their paths.
 
     ``report`` is the table's held-out report; ``held_out`` says whether its shapes were left out of the
     table (``--hold-out``) rather than being the training shapes left out one at a time."""
-    if not table.rules:
+    if not selection.table.rules:
         raise PlotError(f"nothing to plot: the table ({title}) has no rules")
     plt = pyplot()
     out = Path(out)
@@ -54,7 +55,7 @@ def write_plots(table: SelectionTable, results: Results, report: Sequence[HeldOu
     held = [(h.problem.m, h.problem.n, h.problem.k) for h in report] if held_out else []
     paths = [out / f"{stem}_tflops.png", out / f"{stem}_kernels.png"]
     for path, draw in zip(paths, (throughput, kernel_map)):
-        figure = draw(plt, table, results, report if held_out else (), held, title)
+        figure = draw(plt, selection, report if held_out else (), held, title)
         figure.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(figure)
     return paths
@@ -65,15 +66,14 @@ def by_layer(shapes: Sequence[Shape]) -> list[Shape]:
     return sorted(set(shapes), key=lambda s: (s[1] * s[2], s[1], s[2], s[0]))
 
 
-def throughput(plt, table: SelectionTable, results: Results, report: Sequence[HeldOut], held: Sequence[Shape],
-               title: str):
+def throughput(plt, selection: Selection, report: Sequence[HeldOut], held: Sequence[Shape], title: str):
     """TFLOP/s of the pick, the tuned best and cuBLAS per shape (log y); held-out shapes shaded."""
-    rules = {rule.shape: rule for rule in table.rules}
+    rules = {rule.shape: rule for rule in selection.table.rules}
     picks = {(h.problem.m, h.problem.n, h.problem.k): h.pick_ms for h in report}
-    shapes = by_layer(list(table.training) + list(held))
+    shapes = by_layer(list(selection.training) + list(held))
     pick, best, cublas = [], [], []
     for shape in shapes:
-        measured = results.shapes.get(shape)
+        measured = selection.results.shapes.get(shape)
         pick_ms = picks.get(shape) if shape in picks else (rules[shape].ms if shape in rules else None)
         pick.append(_tflops(shape, pick_ms))
         best.append(_tflops(shape, measured.best_ms if measured else None))
@@ -99,24 +99,24 @@ def throughput(plt, table: SelectionTable, results: Results, report: Sequence[He
     return figure
 
 
-def kernel_map(plt, table: SelectionTable, results: Results, report: Sequence[HeldOut], held: Sequence[Shape],
-               title: str):
+def kernel_map(plt, selection: Selection, report: Sequence[HeldOut], held: Sequence[Shape], title: str):
     """The table's kernel for M over M_RANGE on each (N, K) layer; training shapes dots, held-out ones crosses."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    dtype = table.rules[0].problem.dtype
-    layers = sorted({(s[1], s[2]) for s in list(table.training) + list(held)}, key=lambda nk: (nk[0] * nk[1], nk))
+    table = selection.table
+    layers = sorted({(s[1], s[2]) for s in list(selection.training) + list(held)}, key=lambda nk: (nk[0] * nk[1], nk))
     edges = np.geomspace(M_RANGE[0], M_RANGE[1], MAP_POINTS + 1)
     centres = np.sqrt(edges[:-1] * edges[1:])
-    names = [kernel.name for kernel in table.kernels]
-    grid = np.array([[names.index(table.pick(GemmProblem(max(1, round(m)), n, k, dtype)).kernel.name)
-                      for m in centres] for n, k in layers])
+    names = [kernel.name for kernel in table.chosen]
+    # a build for any shape takes the colour of the kernel it stands for (the one measured at the rule)
+    grid = np.array([[names.index(table.pick(max(1, int(round(m))), n, k).measured) for m in centres]
+                     for n, k in layers])
     colours = plt.get_cmap("tab20" if len(names) > 10 else "tab10").colors[:len(names)]
     figure, axes = plt.subplots(figsize=(10, 1.2 + 0.5 * len(layers)))
     axes.pcolormesh(edges, np.arange(len(layers) + 1) - 0.5, grid, cmap=ListedColormap(colours),
                     vmin=-0.5, vmax=len(names) - 0.5, shading="flat")
-    for shape in table.training:
+    for shape in selection.training:
         axes.plot(shape[0], layers.index((shape[1], shape[2])), "o", color="black", markersize=4)
     for shape in held:
         axes.plot(shape[0], layers.index((shape[1], shape[2])), "x", color="white", markersize=7, mew=2)
@@ -126,8 +126,8 @@ def kernel_map(plt, table: SelectionTable, results: Results, report: Sequence[He
     axes.set_xlabel("M (tokens)")
     axes.set_yticks(range(len(layers)), [f"N={n} K={k}" for n, k in layers])
     axes.set_title(f"{title}: the table's kernel by M and (N, K) (dots: training shapes, crosses: held out)")
-    handles = [Patch(color=colours[i], label=f"{table.short_name(kernel)} ({table.served(kernel)} rules)")
-               for i, kernel in enumerate(table.kernels)]
+    handles = [Patch(color=colours[i], label=f"{table.short_name(name)} ({table.served(name)} rules)")
+               for i, name in enumerate(names)]
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     return figure
 

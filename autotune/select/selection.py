@@ -1,13 +1,16 @@
-"""Measurements -> a per-shape selection table of a few kernels, and how good its picks are.
+"""Measurements -> the kernel table of a GPU (:mod:`autotune.select.kernel_table`), and how good its picks are.
 
 Like cuBLAS's heuristics, the table maps a GEMM shape to one kernel. The
 kernels are at most ``max_kernels`` (16) configs chosen by a greedy cover of the
-measured times (:mod:`autotune.select.cover`); each training shape's rule holds the
-chosen kernels measured there, fastest first. A shape goes to the rule of the
-nearest training shape (distance in log m, log n, log k; a tie goes to the
-larger problem), which gives it the kernel whose time there, scaled by how its
-busiest SM's work changes between the two shapes (:mod:`autotune.select.scaling`),
-is least: at the training shape itself, its fastest.
+measured times (:mod:`autotune.select.cover`); each training shape's rule holds
+the chosen kernels measured there, fastest first. Which kernel a shape gets is
+the table's rule (:meth:`DtypeTable.pick`): the nearest training shape's kernel
+whose time there, scaled by how its busiest SM's work changes between the two
+shapes (:mod:`autotune.select.scaling`), is least.
+
+Only measurements of a GPU's own architecture count: results filed under a known
+GPU key with another architecture are left out (:func:`ignored_environments` says
+which). No time that is not a positive finite number enters a table.
 
 Its quality is measured, not assumed: on held-out shapes (never used to build
 the table), or, without any, by leaving each training shape out in turn and
@@ -17,17 +20,18 @@ building the table from the others. A pick counts only where it was measured.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import math
 from collections.abc import Iterable, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.gpu_specs import GpuSpec
-from autotune.kernel.contract import LaunchContract, contract_for
+from autotune.gpu_specs import GPUS, GpuSpec
+from autotune.kernel.contract import contract_for
 from autotune.problem import GemmProblem
 from autotune.results import ResultStore
-from autotune.select import cover, scaling
-from autotune.shapes import nearest
+from autotune.select import cover
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, spec_for_arch
 from autotune.space.family import load_space
 
 MAX_KERNELS = cover.MAX_KERNELS
@@ -35,8 +39,8 @@ Shape = tuple[int, int, int]
 
 
 @dataclasses.dataclass(frozen=True)
-class Kernel:
-    """A tuned config: its name, family and knob values."""
+class MeasuredConfig:
+    """A config with recorded measurements: its name, family and knob values."""
 
     name: str
     family: str
@@ -63,102 +67,51 @@ class Results:
     """Every measured shape of one dtype (one problem per shape) and every config measured."""
 
     shapes: dict[Shape, Measured]
-    kernels: dict[str, Kernel]
+    configs: dict[str, MeasuredConfig]
 
     def without(self, shapes: Iterable[Shape]) -> Results:
         dropped = set(shapes)
-        return Results({s: m for s, m in self.shapes.items() if s not in dropped}, self.kernels)
+        return Results({s: m for s, m in self.shapes.items() if s not in dropped}, self.configs)
 
 
 @dataclasses.dataclass(frozen=True)
-class Rule:
-    """A training shape and the chosen kernel it is served by, with what was measured there."""
+class Selection:
+    """The table of one dtype built from measurements, with what it was built from and under."""
 
-    problem: GemmProblem
-    kernel: Kernel
-    ms: float  # the kernel's time here
-    best_ms: float  # the tuned best here (any config)
-    best_config: str
-    cublas_ms: float | None
-    measured_on: str  # the GPU the kernel's time was measured on
-    times: tuple[tuple[str, float], ...] = ()  # every chosen kernel measured here (name, ms), fastest first
-
-    @property
-    def shape(self) -> Shape:
-        return self.problem.m, self.problem.n, self.problem.k
-
-    @property
-    def fraction_of_best(self) -> float:
-        return self.best_ms / self.ms
-
-    @property
-    def ratio_to_cublas(self) -> float | None:
-        return self.cublas_ms / self.ms if self.cublas_ms else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Pick:
-    """The table's kernel for a shape, and the rule (nearest training shape) it was chosen at."""
-
-    rule: Rule
-    kernel: Kernel
-
-
-@dataclasses.dataclass(frozen=True)
-class SelectionTable:
-    """Rules over the training shapes, pointing at no more than ``max_kernels`` kernels."""
-
-    rules: tuple[Rule, ...]
-    kernels: tuple[Kernel, ...]  # in the order the cover chose them
+    table: DtypeTable
+    results: Results  # everything measured, held-out shapes too
     training: tuple[Shape, ...]  # every shape the table was built from, ruled or not
     gpu: GpuSpec  # whose SMs the times scale with
+    dtype: str
     max_kernels: int = MAX_KERNELS
 
     @property
     def unruled(self) -> tuple[Shape, ...]:
         """Training shapes where no chosen kernel was measured (only when the cap leaves them out)."""
-        ruled = {rule.shape for rule in self.rules}
+        ruled = {rule.shape for rule in self.table.rules}
         return tuple(s for s in self.training if s not in ruled)
 
-    def short_name(self, kernel: Kernel) -> str:
-        """``k1`` for the kernel the cover chose first, ``k2`` for the next, ..."""
-        return f"k{[k.name for k in self.kernels].index(kernel.name) + 1}"
 
-    def served(self, kernel: Kernel) -> int:
-        """How many rules point at ``kernel``."""
-        return sum(1 for rule in self.rules if rule.kernel.name == kernel.name)
-
-    def pick(self, problem: GemmProblem, exclude: GemmProblem | None = None) -> Pick | None:
-        """The kernel for ``problem``, chosen at the training shape nearest to it (skipping ``exclude``)."""
-        candidates = [r for r in self.rules if r.problem != exclude and r.problem.dtype == problem.dtype]
-        if not candidates:
-            return None
-        shape = (problem.m, problem.n, problem.k)
-        rule = nearest(candidates, shape, lambda r: r.shape)
-        kernels = {kernel.name: kernel for kernel in self.kernels}
-
-        def work(name: str, at: Shape) -> int:
-            return _contract(kernels[name], self.gpu).work(*at, self.gpu.sms)
-
-        return Pick(rule, _launched(kernels[scaling.fastest(rule.times, work, rule.shape, shape)], problem, self.gpu))
-
-
-def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str) -> Results:
-    """Every candidate measurement of ``dtype`` on the GPUs ``gpu_keys``: per shape (its plain alpha 1,
-    beta 0 problem where there is one) each config's fastest time over those GPUs."""
-    keys = [gpu_keys] if isinstance(gpu_keys, str) else list(gpu_keys)
+def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: str | None = None) -> Results:
+    """Every candidate measurement of ``dtype`` on the GPUs ``gpu_keys`` (in environments of ``arch``, when
+    given): per shape (its plain alpha 1, beta 0 problem where there is one) each config's fastest time over
+    those GPUs. TableError names a time that is not a positive finite number."""
+    keys = list(dict.fromkeys([gpu_keys] if isinstance(gpu_keys, str) else gpu_keys))
     problems: dict[Shape, GemmProblem] = {}
     for key in keys:
         for problem in store.problems(key, dtype):
             shape = (problem.m, problem.n, problem.k)
             if shape not in problems or _plain(problem) and not _plain(problems[shape]):
                 problems[shape] = problem
-    shapes, kernels = {}, {}
+    shapes, configs = {}, {}
     for shape, problem in problems.items():
         ms, measured_on, cublas = {}, {}, []
         for key in keys:
             for row in store.best(key, problem, limit=100_000):
-                kernels.setdefault(row.config_name, Kernel(row.config_name, row.family, row.params))
+                if arch is not None and row.arch != arch:
+                    continue
+                _check_times(row, problem)
+                configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params))
                 if row.config_name not in ms or row.median_ms < ms[row.config_name]:
                     ms[row.config_name], measured_on[row.config_name] = row.median_ms, row.gpu_name
                 cublas.append((row.median_ms, row.cublas_median_ms))
@@ -167,20 +120,31 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str) -> Res
         best = min(ms, key=lambda name: (ms[name], name))
         references = [reference for _, reference in sorted(cublas, key=lambda c: c[0]) if reference]
         shapes[shape] = Measured(problem, ms, measured_on, best, references[0] if references else None)
-    return Results(dict(sorted(shapes.items(), key=lambda item: _volume_order(item[0]))), kernels)
+    return Results(dict(sorted(shapes.items(), key=lambda item: _volume_order(item[0]))), configs)
+
+
+def _check_times(row, problem: GemmProblem) -> None:
+    for what, value in (("time", row.median_ms), ("cuBLAS time", row.cublas_median_ms)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise TableError(f"the results hold a {what} of {value!r} ms for {row.config_name} at {problem.shape} "
+                             f"on {row.gpu_name!r}, which is not a positive finite number: no table takes it")
 
 
 def build(store: ResultStore, gpu: GpuSpec, gpu_keys: str | Sequence[str], dtype: str,
-          max_kernels: int = MAX_KERNELS, hold_out: Iterable[Shape] = ()) -> tuple[SelectionTable, Results]:
-    """The table for the GPUs ``gpu_keys`` (of ``gpu``'s kind) and ``dtype`` built from every measured shape
-    but ``hold_out``, and everything measured (held-out shapes too)."""
-    results = gather(store, gpu_keys, dtype)
-    return table_from(results.without(hold_out), gpu, max_kernels), results
+          max_kernels: int = MAX_KERNELS, hold_out: Iterable[Shape] = ()) -> Selection:
+    """The table for the GPUs ``gpu_keys`` (of ``gpu``'s kind, measured as ``gpu``'s architecture) and
+    ``dtype``, built from every measured shape but ``hold_out``."""
+    results = gather(store, gpu_keys, dtype, gpu.sm)
+    training = results.without(hold_out)
+    return Selection(table_from(training, gpu, max_kernels), results, tuple(training.shapes), gpu, dtype,
+                     max_kernels)
 
 
-def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -> SelectionTable:
-    """The table built by covering ``results``' shapes with kernels autotune can build for ``gpu``."""
-    usable = {name for name, kernel in results.kernels.items() if _builds(kernel, gpu)}
+def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -> DtypeTable:
+    """The table built by covering ``results``' shapes with kernels autotune can build for ``gpu``: the
+    kernels chosen (in the order the cover chose them) and their builds for any shape, and a rule per
+    shape where one of them was measured."""
+    usable = {name for name, config in results.configs.items() if _table_kernel(config, gpu) is not None}
     times = {shape: {c: ms for c, ms in measured.ms.items() if c in usable} for shape, measured in results.shapes.items()}
     chosen = cover.choose(times, max_kernels)
     rules = []
@@ -189,11 +153,49 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -
         if name is None:
             continue
         here = sorted((measured.ms[k], k) for k in chosen.kernels if k in measured.ms)
-        rules.append(Rule(measured.problem, results.kernels[name], measured.ms[name], measured.best_ms,
-                          measured.best_config, measured.cublas_ms, measured.measured_on[name],
-                          tuple((k, ms) for ms, k in here)))
-    return SelectionTable(tuple(rules), tuple(results.kernels[name] for name in chosen.kernels),
-                          tuple(results.shapes), gpu, max_kernels)
+        rules.append(TableRule(*shape, kernel=name, ms=measured.ms[name], cublas_ms=measured.cublas_ms,
+                               measured_on=measured.measured_on[name], best_ms=measured.best_ms,
+                               times=tuple((k, ms) for ms, k in here)))
+    kernels = {name: _table_kernel(results.configs[name], gpu) for name in chosen.kernels}
+    return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms)
+
+
+def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec) -> TableKernel:
+    """A table kernel for a recorded config (the family must be one autotune ships); a build for some
+    shapes only names its build for any shape (:func:`with_builds_for_any_shape` adds that one)."""
+    space = load_space(family)
+    config = space.config(params)
+    launch = contract_for(space, config, gpu)
+    any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
+    return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
+                       launch=launch, any_shape=any_shape)
+
+
+def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> dict[str, TableKernel]:
+    """``kernels`` and, after them, for each built for some shapes only, its build for any shape: what the
+    table launches on the shapes that one is not built for."""
+    twins = {}
+    for kernel in kernels.values():
+        if kernel.any_shape and kernel.any_shape not in kernels:
+            space = load_space(kernel.family)
+            twin = space.for_any_problem(space.config(kernel.params))
+            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu)
+    return {**kernels, **twins}
+
+
+def _table_kernel(config: MeasuredConfig, gpu: GpuSpec) -> TableKernel | None:
+    """The table kernel of a measured config, or None where autotune cannot build it for ``gpu`` (its
+    family does not ship or no longer takes its knob values, or names them otherwise)."""
+    return _table_kernel_of(config.name, config.family, tuple(sorted(config.params.items())), gpu)
+
+
+@functools.lru_cache(maxsize=4096)
+def _table_kernel_of(name: str, family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec) -> TableKernel | None:
+    try:
+        kernel = table_kernel(family, dict(params), gpu)
+    except AutotuneError:
+        return None
+    return kernel if kernel.name == name else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,7 @@ class HeldOut:
 
     problem: GemmProblem
     picked_from: GemmProblem | None  # the training shape whose rule it took; None: the table is empty
-    kernel: Kernel | None
+    kernel: TableKernel | None
     pick_ms: float | None  # the pick's time there; None when it was not measured there
     best_ms: float | None  # the tuned best there; None when nothing was measured there
     cublas_ms: float | None
@@ -222,32 +224,36 @@ class HeldOut:
         return self.cublas_ms / self.pick_ms if self.pick_ms and self.cublas_ms else None
 
 
-def judge(table: SelectionTable, results: Results, shapes: Iterable[Shape], dtype: str) -> list[HeldOut]:
+def judge(selection: Selection, shapes: Iterable[Shape]) -> list[HeldOut]:
     """The table's pick at each of ``shapes`` (held out of it), timed where the pick was measured there."""
     report = []
     for shape in shapes:
-        measured = results.shapes.get(tuple(shape))
-        problem = measured.problem if measured else GemmProblem(*shape, dtype)
-        report.append(_held_out(table.pick(problem), problem, measured))
+        measured = selection.results.shapes.get(tuple(shape))
+        problem = measured.problem if measured else GemmProblem(*shape, selection.dtype)
+        report.append(_held_out(selection.table, selection.results, problem, measured))
     return report
 
 
-def held_out(table: SelectionTable, results: Results) -> list[HeldOut]:
+def held_out(selection: Selection) -> list[HeldOut]:
     """Leave-one-out: each training shape's pick by the table built (cover and rules) from the others."""
-    kept = set(table.training)
-    training = results.without(s for s in results.shapes if s not in kept)
+    kept = set(selection.training)
+    training = selection.results.without(s for s in selection.results.shapes if s not in kept)
     report = []
-    for shape in table.training:
-        others = table_from(training.without([shape]), table.gpu, table.max_kernels)
+    for shape in selection.training:
+        others = table_from(training.without([shape]), selection.gpu, selection.max_kernels)
         measured = training.shapes[shape]
-        report.append(_held_out(others.pick(measured.problem), measured.problem, measured))
+        report.append(_held_out(others, training, measured.problem, measured))
     return report
 
 
-def _held_out(pick: Pick | None, problem: GemmProblem, measured: Measured | None) -> HeldOut:
-    pick_ms = measured.ms.get(pick.kernel.name) if pick and measured else None
-    return HeldOut(problem, pick.rule.problem if pick else None, pick.kernel if pick else None, pick_ms,
-                   measured.best_ms if measured else None, measured.cublas_ms if measured else None)
+def _held_out(table: DtypeTable, results: Results, problem: GemmProblem, measured: Measured | None) -> HeldOut:
+    pick = table.pick(problem.m, problem.n, problem.k)
+    if pick is None:
+        return HeldOut(problem, None, None, None, measured.best_ms if measured else None,
+                       measured.cublas_ms if measured else None)
+    return HeldOut(problem, results.shapes[pick.rule.shape].problem, table.kernel(pick.kernel),
+                   measured.ms.get(pick.kernel) if measured else None, measured.best_ms if measured else None,
+                   measured.cublas_ms if measured else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +282,53 @@ def quality(report: Sequence[HeldOut]) -> Quality:
                    _geomean(fractions), min(fractions, default=None), _geomean(ratios), min(ratios, default=None))
 
 
+def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
+                max_kernels: int = MAX_KERNELS) -> KernelTable:
+    """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
+
+    A known GPU's table is of its own architecture, whatever environments filed under its key say;
+    an architecture's table takes the GPUs measured as it, but not a known GPU of another architecture
+    (:func:`ignored_environments`). Per dtype, the table is :func:`build`'s from every measured shape
+    (where several GPUs timed a config at a shape, the fastest measurement counts), each rule with its
+    leave-one-out quality. Kernels are not compiled here (:func:`autotune.export.compile.compile_table`).
+    """
+    known = [(key, name, sm) for key, name, sm in store.gpus() if _trusted(key, sm)]
+    if gpu is not None:
+        arch = GPUS[gpu].sm if gpu in GPUS else next((sm for key, _, sm in known if key == gpu), arch)
+        chosen = [(key, name, sm) for key, name, sm in known if key == gpu and sm == arch]
+    else:
+        chosen = [(key, name, sm) for key, name, sm in known if sm == arch]
+    if arch is None:
+        raise TableError(f"no results for {gpu} in {store.shown_url}")
+    spec = spec_for_arch(arch, gpu)
+    keys = list(dict.fromkeys(key for key, _, _ in chosen))
+    dtype_tables = {}
+    for dtype in dtypes:
+        selection = build(store, spec, keys, dtype, max_kernels)
+        quality_of = {(h.problem.m, h.problem.n, h.problem.k): h.fraction_of_best for h in held_out(selection)}
+        rules = tuple(dataclasses.replace(rule, held_out_fraction_of_best=quality_of.get(rule.shape))
+                      for rule in selection.table.rules)
+        dtype_tables[dtype] = dataclasses.replace(selection.table, rules=rules)
+    names = tuple(sorted({name for _, name, _ in chosen}))
+    return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
+                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)
+
+
+def ignored_environments(store: ResultStore, gpu: str | None = None, arch: str | None = None) -> list[str]:
+    """One line for each GPU whose results a table of ``gpu`` (or of ``arch``) leaves out: filed under
+    a known GPU key (that one, or any of ``arch``) but measured as another architecture."""
+    lines = []
+    for key, name, sm in store.gpus():
+        if not _trusted(key, sm) and (key == gpu or gpu is None and sm == arch):
+            lines.append(f"ignoring the results of {key} measured on {name!r} as {sm!r}: {key} is {GPUS[key].sm}")
+    return lines
+
+
+def _trusted(key: str, arch: str) -> bool:
+    """Whether results of GPU key ``key`` measured as ``arch`` count: a known GPU's must be of its own architecture."""
+    return key not in GPUS or GPUS[key].sm == arch
+
+
 def _geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -286,31 +339,3 @@ def _plain(problem: GemmProblem) -> bool:
 
 def _volume_order(shape: Shape) -> tuple:
     return shape[0] * shape[1] * shape[2], shape
-
-
-def _builds(kernel: Kernel, gpu: GpuSpec) -> bool:
-    """Whether autotune can build ``kernel`` for ``gpu`` (its family ships and takes its knob values), and so
-    launch, export and scale it."""
-    try:
-        _contract(kernel, gpu)
-    except AutotuneError:
-        return False
-    return True
-
-
-def _launched(kernel: Kernel, problem: GemmProblem, gpu: GpuSpec) -> Kernel:
-    """The build of ``kernel`` launched on ``problem`` (:meth:`SearchSpace.build_for`)."""
-    space = load_space(kernel.family)
-    config = space.config(kernel.params)
-    build = space.build_for(config, gpu, problem)
-    return kernel if build == config else Kernel(build.name, kernel.family, build.as_dict())
-
-
-def _contract(kernel: Kernel, gpu: GpuSpec) -> LaunchContract:
-    return _contract_of(kernel.family, tuple(sorted(kernel.params.items())), gpu)
-
-
-@functools.lru_cache(maxsize=4096)
-def _contract_of(family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec) -> LaunchContract:
-    space = load_space(family)
-    return contract_for(space, space.config(dict(params)), gpu)

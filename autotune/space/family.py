@@ -613,8 +613,9 @@ def is_family_path(text: str) -> bool:
 def resolve_family(text: str) -> SearchSpace:
     """``--family``: a shipped family's name (``sgemm``), or the path of a user's space file
     (``./my_space.toml``: anything with a ``/`` or ending in ``.toml``), whose templates sit in
-    its folder. Only the command line calls this; names from results files and databases go
-    through :func:`load_space`.
+    its folder; ``examples/...`` that names no file here is the example shipped with autotune
+    (``examples/column_sgemm/column_sgemm.toml``). Only the command line calls this; names from
+    results files and databases go through :func:`load_space`.
 
     Raises:
         InputError: neither a shipped family nor an existing file.
@@ -627,11 +628,24 @@ def resolve_family(text: str) -> SearchSpace:
         return load_space(text)
     path = Path(text).expanduser()
     if not path.is_file():
+        path = _shipped_example(text)
+    if path is None:
         raise InputError("--family", text, choices + " (no such file)")
     space = SearchSpace(path)
     if space.family in shipped_families():
         raise SpaceError(f"{path}: family {space.family!r} is the name of a shipped family; give yours its own name")
     return space
+
+
+def _shipped_example(text: str) -> Path | None:
+    """The file ``examples/REST`` names among the examples shipped with autotune, or None."""
+    first, _, rest = text.replace(os.sep, "/").partition("/")
+    if first != "examples" or not rest:
+        return None
+    try:
+        return inside_folder(data_dir("examples"), rest)
+    except (jinja2.TemplateNotFound, FileNotFoundError):
+        return None
 
 
 def families_for_dtype(dtype: str) -> list[str]:
