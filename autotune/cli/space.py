@@ -12,8 +12,10 @@ from autotune.errors import InputError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem, make_problem
 from autotune.search.start import choose_family
-from autotune.space.family import SearchSpace, Verdict
+from autotune.space.family import Config, SearchSpace
 from autotune.space.survey import survey
+
+MAX_COMPILE_ALL = 100_000  # the most feasible configs --compile all lists and compiles
 
 
 def register(sub) -> None:
@@ -34,28 +36,28 @@ def run(args: argparse.Namespace) -> int:
     space = choose_family(args.family, args.dtype, gpu)
     limit = _compile_limit(args.compile)
 
-    checked = survey(space, gpu, problem)
-    feasible = checked.feasible
+    checked = survey(space, gpu, problem, keep=())  # counted, not listed: a space may hold 10**10 configs
+    feasible = checked.feasible_count
     rejected = [(r.example, r.count) for r in checked.rejections]
-    chosen = _sample(space, feasible, limit)
+    chosen = _sample(space, gpu, problem, feasible, limit)
     compiled = _compile_report(space, gpu, problem, chosen)
 
     if args.json:
         print(json.dumps({
             "family": space.family, "gpu": gpu.key, "arch": space.target(gpu), "problem": problem.shape,
-            "dtype": problem.dtype, "configs": space.size, "feasible": len(feasible),
+            "dtype": problem.dtype, "configs": space.size, "feasible": feasible,
             "rejected": [{"count": n, "example": example} for example, n in rejected],
             "compiled": compiled,
         }, indent=2))
         return 0
 
     print(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
-          f"{space.size} configs, {len(feasible)} pass the static rules, {space.size - len(feasible)} rejected")
+          f"{space.size} configs, {feasible} pass the static rules, {space.size - feasible} rejected")
     print("\nrejected (count, example reason):")
     for example, n in rejected:
         print(f"  {n:>7}  {example}")
     ok = sum(1 for row in compiled if row["status"] == "ok")
-    print(f"\ncompiled {len(compiled)} of {len(feasible)} feasible configs for {space.target(gpu)} "
+    print(f"\ncompiled {len(compiled)} of {feasible} feasible configs for {space.target(gpu)} "
           f"({ok} fit; --compile N or all for more):")
     rows = [[row["config"], row["threads"], row["registers"], _kb(row["smem_bytes"]), row["spill_bytes"],
              row["status"]] for row in compiled]
@@ -75,17 +77,30 @@ def _compile_limit(text: str) -> int | None:
     return value
 
 
-def _sample(space: SearchSpace, feasible: list[Verdict], limit: int | None) -> list:
-    configs = [v.config for v in feasible]
-    if limit is None or limit >= len(configs):
-        return configs
-    present = set(configs)
-    seeds = [s for s in space.seeds if s in present][:limit]
-    chosen = set(seeds)
-    rest = [c for c in configs if c not in chosen]
-    wanted = limit - len(seeds)
-    step = len(rest) / wanted if wanted else 0
-    return seeds + [rest[int(i * step)] for i in range(wanted)]
+def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None) -> list[Config]:
+    """At most ``limit`` configs to compile (every one for None): the seeds, then configs spread evenly
+    over the ``feasible`` ones; each as a search on ``problem`` builds it (:meth:`SearchSpace.for_problem`:
+    its ``[specialize]`` knobs set by the problem), where the rules admit that build, once."""
+    if limit is None and feasible > MAX_COMPILE_ALL:
+        raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
+                         f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
+    builds = _builds(space, gpu, problem, space.seeds)
+    seeds = list(builds)[:limit]
+    if limit is None:
+        positions = range(feasible)
+    else:  # twice as many as wanted: two configs may have one build, and seeds are left out
+        slots = min(feasible, 2 * limit)
+        positions = sorted({feasible * i // slots for i in range(slots)}) if slots else []
+    listed = [verdict.config for verdict in survey(space, gpu, problem, keep=positions).feasible] if positions else []
+    rest = [config for config in _builds(space, gpu, problem, listed) if config not in seeds]
+    wanted = len(rest) if limit is None else min(limit - len(seeds), len(rest))
+    return seeds + [rest[i * len(rest) // wanted] for i in range(wanted)] if wanted else seeds
+
+
+def _builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs) -> dict[Config, None]:
+    """The builds a search on ``problem`` runs of ``configs``, in order, each once, where the rules admit them."""
+    builds = dict.fromkeys(space.for_problem(config, gpu, problem) for config in configs)
+    return {build: None for build in builds if space.check(build, gpu, problem).feasible}
 
 
 def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list) -> list[dict]:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from autotune.errors import CompilerError
 from autotune.kernel import nvrtc
-from autotune.kernel.cubin import read_resources
+from autotune.kernel.cubin import CubinError, check_cubin, read_resources
+from autotune.kernel.includes import IncludeError, check_source
 from autotune.kernel.source import KernelSource
 from autotune.records import Resources
 
@@ -111,27 +112,37 @@ def parse_resources(log: str, dynamic_smem: int = 0) -> Resources:
 
 
 def _cache_key(source: KernelSource, arch: str) -> str:
-    text = "\0".join([source.code, arch, nvrtc_version(), *OPTIONS])
+    headers = [part for header in source.headers for part in ("header", *header)]
+    text = "\0".join([source.code, arch, nvrtc_version(), *OPTIONS, *headers])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def compile_kernel(source: KernelSource, arch: str | None = None,
                    use_cache: bool = True) -> CompiledKernel | CompileFailure:
     """Compile ``source`` for ``arch`` (``"sm_90"``; by default the source's own target), from the
-    disk cache when possible."""
+    disk cache when possible (an entry that is not a cubin of ``source.entry`` for ``arch`` is
+    discarded and compiled again).
+
+    A source that includes anything but its headers and CUDA headers is refused before NVRTC
+    sees it (:func:`autotune.kernel.includes.check_source`)."""
     arch = arch or source.target
     if not arch:
         raise CompilerError(f"{source.entry}: no NVRTC target given")
+    try:
+        check_source(source.code, source.headers, include_dirs())
+    except IncludeError as error:
+        return CompileFailure(source.entry, f"refused before compiling: {error}", "")
     key = _cache_key(source, arch)
     cubin_path = cache_dir() / "cubins" / f"{key}.cubin"
     meta_path = cubin_path.with_suffix(".json")
-    if use_cache and cubin_path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        return CompiledKernel(source.entry, arch, cubin_path.read_bytes(), Resources(**meta["resources"]), meta["log"])
+    if use_cache:
+        cached = _cached(cubin_path, meta_path, source.entry, arch)
+        if cached is not None:
+            return cached
 
     started, began = time.perf_counter(), time.time()
     options = [f"--gpu-architecture={arch}", *OPTIONS, *(f"-I{d}" for d in include_dirs())]
-    output = nvrtc.compile_program(source.code, f"{source.entry}.cu", options)
+    output = nvrtc.compile_program(source.code, f"{source.entry}.cu", options, source.headers)
     log, cubin = output.log, output.cubin
     if cubin is None:
         first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
@@ -151,6 +162,27 @@ def compile_kernel(source: KernelSource, arch: str | None = None,
     return compiled
 
 
+def _cached(cubin_path: Path, meta_path: Path, entry: str, arch: str) -> CompiledKernel | None:
+    """The cache's entry, where it holds one that is a cubin of ``entry`` for ``arch`` with its resources
+    and log; an entry that is not is removed."""
+    if not (cubin_path.exists() and meta_path.exists()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        resources = Resources(**meta["resources"])
+        if not all(type(value) is int and value >= 0 for value in dataclasses.astuple(resources)):
+            raise ValueError("resources are not counts")
+        if not isinstance(meta["log"], str):
+            raise ValueError("log is not text")
+        cubin = cubin_path.read_bytes()
+        check_cubin(cubin, entry, arch)
+    except (OSError, ValueError, TypeError, KeyError, CubinError, struct.error):
+        for path in (cubin_path, meta_path):
+            path.unlink(missing_ok=True)
+        return None
+    return CompiledKernel(entry, arch, cubin, resources, meta["log"])
+
+
 def _store(cubin_path: Path, meta_path: Path, compiled: CompiledKernel) -> None:
     cubin_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = cubin_path.with_suffix(f".tmp{os.getpid()}")
@@ -159,6 +191,12 @@ def _store(cubin_path: Path, meta_path: Path, compiled: CompiledKernel) -> None:
     meta = {"resources": dataclasses.asdict(compiled.resources), "log": compiled.log}
     tmp.write_text(json.dumps(meta))
     tmp.replace(meta_path)
+
+
+def _pool_key(source: KernelSource, arch: str | None) -> tuple:
+    """What makes two compiles the same: the code, the target and the headers (where it has any)."""
+    key = (source.code, arch or source.target)
+    return key + (source.headers,) if source.headers else key
 
 
 COMPILE_NICENESS = 5  # compile processes yield the CPU to the GPU worker and the search loop
@@ -183,8 +221,8 @@ class CompilePool:
 
     def __init__(self, jobs: int | None = None):
         self.jobs = jobs or max(1, min(16, os.cpu_count() or 1))
-        self._running: dict[tuple[str, str | None], concurrent.futures.Future] = {}  # by source and arch
-        self._prefetched: dict[tuple[str, str | None], concurrent.futures.Future] = {}  # kept until submitted
+        self._running: dict[tuple, concurrent.futures.Future] = {}  # by source and arch (_pool_key)
+        self._prefetched: dict[tuple, concurrent.futures.Future] = {}  # kept until submitted
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
@@ -201,12 +239,12 @@ class CompilePool:
         the same source gets this compile, running or finished."""
         future = self.submit(source, arch)
         with self._lock:
-            self._prefetched[(source.code, arch or source.target)] = future
+            self._prefetched[_pool_key(source, arch)] = future
 
     def submit(self, source: KernelSource, arch: str | None = None) -> concurrent.futures.Future:
         """Compile ``source`` in a pool process; a source already compiling, or prefetched, gets that
         compile's future."""
-        key = (source.code, arch or source.target)
+        key = _pool_key(source, arch)
         with self._lock:
             prefetched = self._prefetched.pop(key, None)
             if prefetched is not None and not prefetched.cancelled():
@@ -219,7 +257,7 @@ class CompilePool:
         future.add_done_callback(lambda done: self._forget(key, done))
         return future
 
-    def _forget(self, key: tuple[str, str | None], future: concurrent.futures.Future) -> None:
+    def _forget(self, key: tuple, future: concurrent.futures.Future) -> None:
         with self._lock:
             if self._running.get(key) is future:
                 del self._running[key]

@@ -51,12 +51,15 @@ def version() -> tuple[int, int]:
     return major.value, minor.value
 
 
-def compile_program(code: str, name: str, options: list[str]) -> Output:
+def compile_program(code: str, name: str, options: list[str], headers: tuple[tuple[str, str], ...] = ()) -> Output:
     """Compile ``code`` (file name ``name`` in messages) with ``options``: the log, and the cubin
-    when it compiled."""
+    when it compiled. ``headers`` are (name, text) of the files it may include by those names, in memory."""
     library = _library()
     program = ctypes.c_void_p()
-    _check(library.nvrtcCreateProgram(ctypes.byref(program), code.encode(), name.encode(), 0, None, None),
+    count = len(headers)
+    texts = (ctypes.c_char_p * count)(*(text.encode() for _, text in headers)) if count else None
+    names = (ctypes.c_char_p * count)(*(header.encode() for header, _ in headers)) if count else None
+    _check(library.nvrtcCreateProgram(ctypes.byref(program), code.encode(), name.encode(), count, texts, names),
            "nvrtcCreateProgram")
     try:
         encoded = [option.encode() for option in options]

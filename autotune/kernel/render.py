@@ -3,7 +3,9 @@
 Templates may come from a colleague's folder, so they render in Jinja's sandbox
 (no attribute walks to Python internals, no calls to anything unsafe), only
 from files inside their family's template folder, and with ``**`` and repetition
-of strings and lists bounded.
+of strings and lists bounded. What the sandbox cannot bound (loops nested deep,
+``lipsum(10**8)``, an integer squared again and again) is bounded by where a
+user's template renders: a process of its own, with a deadline and a memory limit.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import jinja2.sandbox
 
 from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
+from autotune.kernel.compile import include_dirs
+from autotune.kernel.includes import IncludeError, family_headers
+from autotune.kernel.render_process import RenderProcess
 from autotune.kernel.source import KernelSource
-from autotune.space.family import Config, SearchSpace, inside_folder
+from autotune.space.family import Config, SearchSpace, inside_folder, read_template
 
+MAX_SOURCE_CHARS = 1_000_000  # the longest source a template may render
 MAX_POWER_BITS = 4096  # the largest result of ** in a template
 MAX_REPEAT = 1 << 20  # the longest string or list ``*`` may make
 
@@ -33,7 +39,7 @@ class _FolderLoader(jinja2.BaseLoader):
     def get_source(self, environment, template):
         path = inside_folder(self.folder, template)
         mtime = path.stat().st_mtime
-        return path.read_text(), str(path), lambda: path.exists() and path.stat().st_mtime == mtime
+        return read_template(path), str(path), lambda: path.exists() and path.stat().st_mtime == mtime
 
 
 class _BoundedSandbox(jinja2.sandbox.SandboxedEnvironment):
@@ -78,10 +84,16 @@ def _environment(template_dir: str) -> jinja2.Environment:
 def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
     """Render ``config``; every template variable must be a knob or derived integer.
 
+    A shipped family renders here; a user's family in the render process, under its deadline and
+    memory limit (:mod:`autotune.kernel.render_process`). Either way the source is at most
+    MAX_SOURCE_CHARS long, and includes only CUDA headers and files of the family's template
+    folder, which it carries (:mod:`autotune.kernel.includes`).
+
     Raises:
         SpaceError: the config's name is not an identifier, a value is missing or not an
-            integer, or the template is missing, malformed, names an undefined variable or
-            tries something the sandbox forbids.
+            integer, the template is missing, malformed, names an undefined variable, tries
+            something the sandbox forbids or renders past a bound, or the source includes
+            something it may not.
     """
     if not config.name.isidentifier():
         raise SpaceError(f"{config.name!r} is not a kernel name (family and knob names are identifiers)")
@@ -95,16 +107,48 @@ def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
         if not isinstance(value, int):
             raise SpaceError(f"{config.name}: {name} = {value!r} is not an integer")
         variables[name] = value
+    template_dir = str(space.template_dir)
+    if space.shipped:
+        code = render_template(template_dir, space.template, variables)
+    else:
+        code = _RENDER_PROCESS.render(template_dir, space.template, variables)
     try:
-        code = _environment(str(space.template_dir)).get_template(space.template).render(**variables)
+        headers = family_headers(code, space.template_dir, include_dirs())
+    except IncludeError as error:
+        raise IncludeError(f"{space.template}: {error}") from None
+    return KernelSource(entry=config.name, code=code, template_hash=space.template_hash, target=space.target(gpu),
+                        headers=headers)
+
+
+def render_template(template_dir: str, template: str, variables: dict[str, int | str]) -> str:
+    """``template`` of ``template_dir`` rendered with ``variables``, at most MAX_SOURCE_CHARS long.
+
+    Raises:
+        SpaceError: the template is missing or malformed, names an undefined variable, tries something
+            the sandbox forbids, renders more than MAX_SOURCE_CHARS, nests too deeply or runs out of memory.
+    """
+    try:
+        pieces, length = [], 0
+        for piece in _environment(template_dir).get_template(template).generate(**variables):
+            length += len(piece)
+            if length > MAX_SOURCE_CHARS:
+                raise SpaceError(f"{template}: renders more than {MAX_SOURCE_CHARS} characters")
+            pieces.append(piece)
+        return "".join(pieces)
     except jinja2.UndefinedError as error:
-        raise SpaceError(f"{space.template}: {error.message}") from None
+        raise SpaceError(f"{template}: {error.message}") from None
     except jinja2.sandbox.SecurityError as error:
-        raise SpaceError(f"{space.template}: refused by the template sandbox: {error}") from None
+        raise SpaceError(f"{template}: refused by the template sandbox: {error}") from None
     except jinja2.TemplateSyntaxError as error:
-        raise SpaceError(f"{space.template} line {error.lineno}: {error.message}") from None
+        raise SpaceError(f"{template} line {error.lineno}: {error.message}") from None
     except jinja2.TemplateNotFound as error:
-        raise SpaceError(f"{space.template}: template {error.name!r} is not a file in {space.template_dir}") from None
+        raise SpaceError(f"{template}: template {error.name!r} is not a file in {template_dir}") from None
+    except RecursionError:
+        raise SpaceError(f"{template}: nests too deeply (includes, macros or blocks calling themselves?)") from None
+    except MemoryError:
+        raise SpaceError(f"{template}: rendering ran out of memory") from None
     except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError) as error:
-        raise SpaceError(f"{space.template}: {type(error).__name__}: {' '.join(str(error).split())}") from None
-    return KernelSource(entry=config.name, code=code, template_hash=space.template_hash, target=space.target(gpu))
+        raise SpaceError(f"{template}: {type(error).__name__}: {' '.join(str(error).split())}") from None
+
+
+_RENDER_PROCESS = RenderProcess(render_template)

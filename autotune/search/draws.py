@@ -15,12 +15,14 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 
+from autotune.errors import SearchError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.space.family import Config, SearchSpace
-from autotune.space.survey import feasible_configs
+from autotune.space.survey import SpaceTooLarge, feasible_configs
 
 MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
+MAX_LISTED = 1_000_000  # feasible configs listed at most (the first in enumeration order)
 
 
 def process_seed(seed: int) -> int:
@@ -73,9 +75,13 @@ class FeasibleDraws:
                                       if knob not in self.space.specialized})
                 if config.name not in taken and self.feasible(config):
                     return config
+            try:
+                feasible = feasible_configs(self.space, self.gpu, self.problem, limit=MAX_LISTED)
+            except SpaceTooLarge as error:
+                raise SearchError(f"{MAX_RANDOM_DRAWS} random draws found no feasible config of {self.space.family} "
+                                  f"not tried yet, and listing them failed: {error}") from None
             # both builds of a config pass the rules where the problem has whole tiles: the one it sets, once
-            listed = (self.space.for_problem(c, self.gpu, self.problem)
-                      for c in feasible_configs(self.space, self.gpu, self.problem))
+            listed = (self.space.for_problem(c, self.gpu, self.problem) for c in feasible)
             self._listed = list(dict.fromkeys(listed))
         left = [config for config in self._listed if config.name not in taken]
         return self.rng.choice(left) if left else None

@@ -37,6 +37,7 @@ from autotune.errors import AutotuneError, InputError
 from autotune.expression import MAX_MAGNITUDE, MAX_SIZE, SIZES
 from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel.contract import LaunchContract, cdiv
+from autotune.kernel.cubin import check_cubin
 from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES
 from autotune.records import Resources
@@ -90,6 +91,8 @@ class TableKernel:
         cubin = base64.b64decode(data["cubin_base64"], validate=True) if data.get("cubin_base64") else None
         if not str(data["name"]).isidentifier() or not str(data["family"]).isidentifier():
             raise ValueError(f"kernel name {data['name']!r} or family {data['family']!r} is not an identifier")
+        if cubin is not None:
+            check_cubin(cubin, str(data["name"]))  # CubinError is a ValueError: one line naming the file
         return cls(name=str(data["name"]), family=str(data["family"]),
                    params={str(k): int(v) for k, v in data["params"].items()},
                    template_hash=str(data["template_hash"]), launch=LaunchContract.from_dict(data["launch"]),

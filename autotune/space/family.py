@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import math
 import os
 import re
 import tomllib
@@ -51,7 +52,7 @@ import jinja2.sandbox
 from autotune.data_files import data_dir
 from autotune.errors import InputError, SpaceError
 from autotune.expression import Expression, Reason, check_name
-from autotune.gpu_specs import GpuSpec
+from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel_abi import OPERANDS, TensorMapSpec
 from autotune.problem import DTYPES, GemmProblem
 
@@ -146,13 +147,17 @@ class _TensorMapEntry:
         try:
             return TensorMapSpec(self.name, self.operand, (int(self.box[0](names)), int(self.box[1](names))),
                                  int(self.swizzle(names)))
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, OverflowError) as error:
             raise SpaceError(f"tensor map {self.name}: {error}") from None
 
 
 ARCH_SUFFIXES = ("", "a", "f")
 MAX_KNOB_VALUE = 2**31 - 1
 _LAUNCH_KEYS = ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")
+_LAUNCH_MINIMA = {"block": 1, "grid_x": 1, "grid_y": 1}  # the others: 0
+MAX_LAUNCH_VALUE = 2**31 - 1
+MAX_TEMPLATE_BYTES = 1 << 20  # the largest template file
+MAX_TEMPLATES = 256  # the most template files one family's template may import or include
 _TEMPLATE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -203,6 +208,20 @@ class SearchSpace:
                           for i, entry in enumerate(_list(data, "seeds", where))]
         except KeyError as error:
             raise SpaceError(f"{where}: missing {error}") from None
+        self._check_launch()
+
+    def _check_launch(self) -> None:
+        """Check the launch values that can be known at load: those of constant expressions, and each
+        seed's on the first known GPU whose rules admit it (on a 4096 problem). Other configs' values
+        are checked where they are computed (:meth:`launch`, :meth:`smem_violation`)."""
+        for key, expression in self._launch.items():
+            if not expression.names:
+                self._launch_value(key, {})
+        problem = GemmProblem(4096, 4096, 4096, self.dtype)
+        for seed in self.seeds:
+            gpu = next((gpu for gpu in GPUS.values() if self.check(seed, gpu, problem).feasible), None)
+            if gpu is not None:
+                self.launch(seed, gpu, problem)
 
     def _read_header(self, data: dict, where: str, templates: Path | None) -> None:
         self.family: str = check_name("family", data["family"], where)
@@ -310,6 +329,12 @@ class SearchSpace:
         return functools.reduce(lambda a, b: a * len(b), self.knobs.values(), 1)
 
     @functools.cached_property
+    def shipped(self) -> bool:
+        """Whether this family ships with autotune (its file is one of ``search_spaces/``): its templates
+        are part of autotune, not a user's."""
+        return self.path.resolve().parent == data_dir("search_spaces").resolve()
+
+    @functools.cached_property
     def template_hash(self) -> str:
         """Hash of the template, the templates it imports and this space file: part of every result's key."""
         try:
@@ -318,6 +343,9 @@ class SearchSpace:
         except (OSError, UnicodeDecodeError, jinja2.TemplateError) as error:
             raise SpaceError(f"{self.path.name}: template {self.template!r} in {self.template_dir}: "
                              f"{_one_line(error)}") from None
+        except RecursionError:
+            raise SpaceError(f"{self.path.name}: template {self.template!r} in {self.template_dir} nests too "
+                             "deeply to read") from None
         return hashlib.sha256("\0".join([*texts, self.source_text]).encode()).hexdigest()[:16]
 
     def target(self, gpu: GpuSpec) -> str:
@@ -383,9 +411,13 @@ class SearchSpace:
         return None if rule.require(names) else rule.reason_format.format(names)
 
     def smem_violation(self, names: dict[str, Any], gpu: GpuSpec) -> str | None:
-        """Why the config's shared memory does not fit a block on ``gpu`` (48 KB unless it opts in), or None."""
-        smem = self._launch["smem_bytes"](names)
-        opt_in = bool(self._launch["opt_in"](names))
+        """Why the config's shared memory does not fit a block on ``gpu`` (48 KB unless it opts in), or None.
+
+        Raises:
+            SpaceError: ``smem_bytes`` or ``opt_in`` is not a launch value (:meth:`launch`).
+        """
+        smem = self._launch_value("smem_bytes", names)
+        opt_in = self._launch_value("opt_in", names)
         if not opt_in and smem > gpu.smem_per_block:
             return f"smem {smem / KB:.1f} KB > {gpu.smem_per_block // KB} KB ({gpu.key})"
         if opt_in and smem > gpu.smem_per_block_optin:
@@ -398,16 +430,36 @@ class SearchSpace:
         return self._launch["smem_bytes"].names | self._launch["opt_in"].names
 
     def launch(self, config: Config, gpu: GpuSpec, problem: GemmProblem) -> Launch:
-        """Grid, block and dynamic shared memory for ``config`` on ``problem``."""
+        """Grid, block and dynamic shared memory for ``config`` on ``problem``.
+
+        Raises:
+            SpaceError: a launch value is not a whole number in its range (block, grid >= 1, shared
+                memory >= 0, each below 2**31; opt_in a truth value), naming the file, field and value.
+        """
         names = self.values(config, gpu, problem)
-        get = lambda key: self._launch[key](names)  # noqa: E731
+        get = lambda key: self._launch_value(key, names, config)  # noqa: E731
         return Launch(
-            grid=(int(get("grid_x")), int(get("grid_y")), 1),
-            block=(int(get("block")), 1, 1),
-            dynamic_smem=int(get("dynamic_smem")),
-            opt_in=bool(get("opt_in")),
+            grid=(get("grid_x"), get("grid_y"), 1),
+            block=(get("block"), 1, 1),
+            dynamic_smem=get("dynamic_smem"),
+            opt_in=get("opt_in"),
             tensor_maps=tuple(spec for entry in self._tensor_maps if (spec := entry.spec(names)) is not None),
         )
+
+    def _launch_value(self, key: str, names: dict[str, Any], config: Config | None = None) -> int | bool:
+        """The ``[launch]`` value ``key`` for ``names``, checked (:meth:`launch`)."""
+        expression = self._launch[key]
+        value = expression(names)
+        number = isinstance(value, (int, float)) and math.isfinite(value)
+        if key == "opt_in" and number:
+            return bool(value)
+        low = _LAUNCH_MINIMA.get(key, 0)
+        if number and value == int(value) and low <= value <= MAX_LAUNCH_VALUE:
+            return int(value)
+        at = f" for {config.name}" if config is not None else ""
+        expected = "True or False" if key == "opt_in" else f"a whole number {low}..{MAX_LAUNCH_VALUE}"
+        shown = "a division by zero" if value is None else repr(value)
+        raise SpaceError(f"{self.path.name}: [launch] {key} = {expression.text!r} is {shown}{at}; expected {expected}")
 
     def verdicts(self, gpu: GpuSpec, problem: GemmProblem | None = None) -> Iterator[Verdict]:
         """The check of every config, one by one (:mod:`autotune.space.survey` checks the whole space faster)."""
@@ -417,23 +469,34 @@ _PARSER = jinja2.sandbox.SandboxedEnvironment()
 
 
 def _template_files(template_dir: Path, name: str) -> list[str]:
-    """``name`` and every template it imports or includes, each once; each a file inside ``template_dir``."""
+    """``name`` and every template it imports or includes, each once; each a file inside ``template_dir``
+    of at most MAX_TEMPLATE_BYTES, and at most MAX_TEMPLATES of them."""
     found: list[str] = []
     pending = [name]
     while pending:
         current = pending.pop(0)
         if current in found:
             continue
+        if len(found) >= MAX_TEMPLATES:
+            raise jinja2.TemplateError(f"more than {MAX_TEMPLATES} templates")
         found.append(current)
-        source = inside_folder(template_dir, current).read_text()
+        source = read_template(inside_folder(template_dir, current))
         pending += [ref for ref in jinja2.meta.find_referenced_templates(_PARSER.parse(source)) if ref]
     return found
 
 
+def read_template(path: Path) -> str:
+    """The text of a template file, refused (TemplateError) where it is larger than MAX_TEMPLATE_BYTES."""
+    if path.stat().st_size > MAX_TEMPLATE_BYTES:
+        raise jinja2.TemplateError(f"{path.name} is larger than {MAX_TEMPLATE_BYTES} bytes")
+    return path.read_text()
+
+
 def inside_folder(folder: Path, name: str) -> Path:
     """The file ``name`` in ``folder``, refused (TemplateNotFound) where it is not a plain name of a
-    file inside it or a link leads out of it."""
-    if not isinstance(name, str) or ".." in name.split("/") or name.startswith("/"):
+    file inside it, a link leads out of it, or a part of it is hidden (``.ssh/...``: a family kept in a
+    home folder does not give its templates the dot files there)."""
+    if not isinstance(name, str) or name.startswith("/") or any(part.startswith(".") for part in name.split("/")):
         raise jinja2.TemplateNotFound(str(name))
     folder = Path(folder).resolve()
     path = (folder / name).resolve()

@@ -25,10 +25,18 @@ first evaluated over every combination of the knobs they read; where one
 fails (or that takes too long), and where a rule fails during the walk, the
 space is walked again applying the rules strictly in file order, which meets
 the error that checking configs in order meets.
+
+A walk is bounded: past WORK_BUDGET steps (knob values bound, verdicts made) it
+stops with :class:`SpaceTooLarge`. It lists only the feasible configs asked for
+(``keep``: their positions among the feasible ones); the others are counted,
+those in a subtree where every config passes without being visited, so that a
+space of 10**10 configs that its rules hardly cut is counted at the cost of its
+first knobs.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import gc
@@ -36,15 +44,21 @@ import itertools
 import math
 import operator
 import string
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.space.family import Config, Rule, SearchSpace, Verdict
 
 _CONTEXT = ("gpu", "problem")  # bound before any knob
 TRIAL_BUDGET = 250_000  # derived-value evaluations spent on showing that none fails, before a pruned walk
+WORK_BUDGET = 10_000_000  # steps of one walk (knob values bound, verdicts made), about a minute; sgemm takes 4 million
+
+
+class SpaceTooLarge(SpaceError):
+    """Checking a space against its rules takes more than WORK_BUDGET steps."""
 
 
 @dataclasses.dataclass
@@ -57,8 +71,9 @@ class Rejection:
 
 @dataclasses.dataclass
 class Survey:
-    feasible: list[Verdict]
+    feasible: list[Verdict]  # those listed: all of them, unless a limit or ``keep`` said otherwise
     rejections: list[Rejection]  # most common first; the shared-memory rule split by its limit
+    feasible_count: int  # every feasible config walked, listed or not
 
     @property
     def rejected(self) -> int:
@@ -66,27 +81,36 @@ class Survey:
 
 
 def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
-           limit: int | None = None) -> Survey:
+           limit: int | None = None, keep: Iterable[int] | None = None) -> Survey:
     """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule.
 
     With ``limit``, the walk stops at that many feasible configs (the counts then cover only
     the configs before the last one found): ``limit=1`` asks cheaply whether the GPU can run
-    the family at all.
+    the family at all. With ``keep``, only the feasible configs at those positions (0 for the
+    first feasible config in enumeration order) are listed; ``keep=()`` counts them only.
+
+    Raises:
+        SpaceTooLarge: the walk takes more than WORK_BUDGET steps.
     """
     plan = _Plan(space, space.rules_for(problem))
     context = {"gpu": gpu, "problem": problem}
+    kept = None if keep is None else sorted(set(keep))
     with _no_cycle_collection():
         if _derived_values_cannot_fail(space, plan, context):
             try:
-                return _PrunedWalk(space, plan, context, limit).run()
+                return _PrunedWalk(space, plan, context, limit, kept).run()
+            except SpaceTooLarge:
+                raise
             except Exception:  # noqa: BLE001 - a rule failed: the ordered walk raises what checking in order meets
                 pass
-        return _OrderedWalk(space, plan, context, limit).run()
+        return _OrderedWalk(space, plan, context, limit, kept).run()
 
 
-def feasible_configs(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None) -> list[Config]:
-    """The configs of ``space`` that pass every static rule on ``gpu``, in enumeration order."""
-    return [verdict.config for verdict in survey(space, gpu, problem).feasible]
+def feasible_configs(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
+                     limit: int | None = None) -> list[Config]:
+    """The configs of ``space`` that pass every static rule on ``gpu``, in enumeration order (the first
+    ``limit`` of them)."""
+    return [verdict.config for verdict in survey(space, gpu, problem, limit).feasible]
 
 
 @contextlib.contextmanager
@@ -184,16 +208,32 @@ def _derived_values_cannot_fail(space: SearchSpace, plan: _Plan, context: dict[s
 class _Walk:
     """What both walks share: the names bound so far, the feasible configs, the rejection groups."""
 
-    def __init__(self, space: SearchSpace, plan: _Plan, context: dict[str, Any], limit: int | None):
+    def __init__(self, space: SearchSpace, plan: _Plan, context: dict[str, Any], limit: int | None,
+                 keep: list[int] | None):
         self.space, self.plan, self.limit = space, plan, limit
+        self.keep = keep  # positions of the feasible configs to list, sorted; None: all
         self.gpu = context["gpu"]
         self.names: dict[str, Any] = dict(context)
         self.pairs: list[tuple[str, int] | None] = [None] * len(plan.knobs)  # (knob, value) of the knobs bound
         self.feasible: list[Verdict] = []
+        self.found = 0  # feasible configs walked, listed or not
         self.groups: dict[Any, Rejection] = {}
+        self.work = 0
 
     def _result(self) -> Survey:
-        return Survey(self.feasible, sorted(self.groups.values(), key=lambda r: -r.count))
+        return Survey(self.feasible, sorted(self.groups.values(), key=lambda r: -r.count), self.found)
+
+    def _step(self, steps: int = 1) -> None:
+        self.work += steps
+        if self.work > WORK_BUDGET:
+            raise SpaceTooLarge(f"{self.space.family}: checking its {self.space.size} configs against its rules "
+                                f"takes more than {WORK_BUDGET} steps (fewer knob values, or rules that cut earlier)")
+
+    def _kept(self, count: int) -> list[int]:
+        """The offsets, among the next ``count`` feasible configs, of those to list."""
+        keep = self.keep
+        return [position - self.found for position in
+                keep[bisect.bisect_left(keep, self.found):bisect.bisect_left(keep, self.found + count)]]
 
     def _rejection(self, check: int) -> tuple[Any, str | None] | None:
         """(group, reason) where ``check`` rejects the names bound, else None. The reason is
@@ -218,16 +258,20 @@ class _Walk:
 
     def _bind(self, depth: int, value: int, pair: tuple[str, int]) -> None:
         """Knob ``depth`` takes ``value``, and the derived values that waited for it are computed."""
+        self._step()
         self.names[pair[0]] = value
         self.pairs[depth] = pair
         self._derive(depth + 1)
 
     def _full(self) -> bool:
-        return self.limit is not None and len(self.feasible) >= self.limit
+        return self.limit is not None and self.found >= self.limit
 
     def _accept_below(self, depth: int) -> None:
-        """Every config below the knobs bound up to ``depth`` is feasible: list them, in order."""
+        """Every config below the knobs bound up to ``depth`` is feasible: list them, in order (those kept)."""
         plan = self.plan
+        if self.keep is not None and not self._kept(plan.below[depth]):
+            self.found += plan.below[depth] if self.limit is None else min(plan.below[depth], self.limit - self.found)
+            return
         if depth < plan.settled:
             for value, pair in plan.choices[depth]:
                 if self._full():
@@ -237,14 +281,19 @@ class _Walk:
             return
         bound = tuple(self.pairs[:depth])
         values = {name: value for name, value in self.names.items() if name not in _CONTEXT}
-        rest = itertools.product(*([pair for _, pair in choices] for choices in plan.choices[depth:]))
-        if self.limit is not None:
-            rest = itertools.islice(rest, max(self.limit - len(self.feasible), 0))
+        choices = [[pair for _, pair in choices] for choices in plan.choices[depth:]]
+        count = plan.below[depth] if self.limit is None else min(plan.below[depth], max(self.limit - self.found, 0))
+        if self.keep is None:
+            rest = itertools.islice(itertools.product(*choices), count)
+        else:
+            rest = (_nth_product(choices, offset) for offset in self._kept(count))
         family = self.space.family
         for pairs in rest:
+            self._step()
             config_values = values.copy()
             config_values.update(pairs)
             self.feasible.append(Verdict(Config(family, bound + pairs), config_values, None))
+        self.found += count
 
 
 class _OrderedWalk(_Walk):
@@ -299,7 +348,7 @@ class _PrunedWalk(_Walk):
         if not waiting:
             self._accept_below(depth)
             return
-        walked: dict[tuple[int, ...], tuple[list[Verdict], list[tuple[Rejection, int]]]] = {}
+        walked: dict[tuple[int, ...], tuple[list[Verdict], int, list[tuple[Rejection, int]]]] = {}
         for value, pair in self.plan.choices[depth]:
             if self._full():
                 return
@@ -307,19 +356,24 @@ class _PrunedWalk(_Walk):
             rejection, later = self._first_rejection(depth + 1, waiting)
             if rejection is not None or self.limit is not None or not self.plan.forgets(depth, later):
                 self._visit(depth + 1, rejection, later)
-            elif later in walked:
+            elif later in walked and not (self.keep is not None and self._kept(walked[later][1])):
                 self._copy(depth, *walked[later])
+            elif later in walked:  # configs to list lie in this subtree: walk it
+                self._visit(depth + 1, None, later)
             else:  # the first value whose subtree the values after it may copy
-                start = len(self.feasible)
+                start, found = len(self.feasible), self.found
                 before = {group: counted.count for group, counted in self.groups.items()}
                 self._visit(depth + 1, None, later)
-                walked[later] = (self.feasible[start:], [(counted, counted.count - before.get(group, 0))
-                                                         for group, counted in self.groups.items()])
+                walked[later] = (self.feasible[start:] if self.keep is None else [], self.found - found,
+                                 [(counted, counted.count - before.get(group, 0))
+                                  for group, counted in self.groups.items()])
 
-    def _copy(self, depth: int, verdicts: list[Verdict], counts: list[tuple[Rejection, int]]) -> None:
-        """The subtree of a value of knob ``depth`` that checks alike to an earlier value's (``verdicts``
-        feasible there, ``counts`` rejected per group): the same, with this value and the derived
-        values it makes."""
+    def _copy(self, depth: int, verdicts: list[Verdict], found: int, counts: list[tuple[Rejection, int]]) -> None:
+        """The subtree of a value of knob ``depth`` that checks alike to an earlier value's (``found``
+        feasible there, ``verdicts`` those listed, ``counts`` rejected per group): the same, with
+        this value and the derived values it makes."""
+        self._step(1 + len(verdicts))
+        self.found += found
         pair = self.pairs[depth]
         changed = {pair[0]: pair[1], **{name: self.names[name] for name in self.plan.derived_at[depth + 1]}}
         family = self.space.family
@@ -357,6 +411,7 @@ class _PrunedWalk(_Walk):
         skipped = plan.below[depth] // plan.below[knob]  # the knobs before it change nothing
         split = {}
         for value, pair in plan.choices[knob]:
+            self._step()
             self.names[pair[0]] = value
             for check in earlier:  # only what these checks read: other derived values may read skipped knobs
                 for name in plan.derived_for[check][knob + 1]:
@@ -369,6 +424,15 @@ class _PrunedWalk(_Walk):
                 split[group] = (reason, count * skipped) if first is None else (first[0], first[1] + count * skipped)
         self._splits[key] = split
         return split
+
+
+def _nth_product(choices: list[list[Any]], offset: int) -> tuple:
+    """``itertools.product(*choices)``'s item at ``offset``."""
+    picked = []
+    for values in reversed(choices):
+        offset, index = divmod(offset, len(values))
+        picked.append(values[index])
+    return tuple(reversed(picked))
 
 
 def _union(sets) -> frozenset:
