@@ -211,7 +211,7 @@ def test_kernels_compile_with_the_pip_packages_headers_only(monkeypatch):
         pytest.skip(f"NVRTC cannot be loaded: {error}")
     options: list[str] = []
 
-    def compile_program(code, name, given):
+    def compile_program(code, name, given, *headers):
         options.extend(given)
         return nvrtc.Output("refused by the test", None)
 
@@ -249,6 +249,27 @@ def test_cuda12_layout_finds_the_crt_headers_of_nvidia_cuda_nvcc_cu12(tmp_path, 
     finally:
         kernel_compile.include_dirs.cache_clear()
     assert found == (str(site / "nvidia/cuda_runtime/include"), str(site / "nvidia/cuda_nvcc/include"))
+
+
+def test_pip_headers_without_crt_give_way_to_a_whole_toolkit(tmp_path, monkeypatch):
+    """pip's cuda_fp16.h without the crt/ headers mma.h includes (nvidia-cuda-runtime alone, no
+    nvidia-cuda-crt): the toolkit's whole set is used, not a mix and not the part that cannot build WMMA."""
+    site = tmp_path / "site-packages"
+    (site / "nvidia/cu13/include").mkdir(parents=True)
+    (site / "nvidia/cu13/include/cuda_fp16.h").write_text("")
+    toolkit = tmp_path / "toolkit" / "include"
+    (toolkit / "crt").mkdir(parents=True)
+    (toolkit / "cuda_fp16.h").write_text("")
+    (toolkit / "crt" / "mma.h").write_text("")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setenv("CUDA_HOME", str(toolkit.parent))
+    try:
+        assert kernel_compile.include_dirs.__wrapped__() == (str(toolkit),)
+        (site / "nvidia/cu13/include/crt").mkdir()
+        (site / "nvidia/cu13/include/crt/mma.h").write_text("")  # nvidia-cuda-crt installed: pip's again
+        assert kernel_compile.include_dirs.__wrapped__() == (str(site / "nvidia/cu13/include"),)
+    finally:
+        kernel_compile.include_dirs.cache_clear()
 
 
 def test_a_cuda12_environment_compiles_with_its_own_pip_headers():

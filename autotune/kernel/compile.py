@@ -73,18 +73,28 @@ def nvrtc_version() -> str:
 # mma.h includes): CUDA 13's nvidia-cuda-runtime and nvidia-cuda-crt share one folder; in CUDA 12 the
 # crt/ headers come with nvidia-cuda-nvcc-cu12.
 PIP_HEADERS = ("nvidia/cu13/include", "nvidia/cuda_runtime/include", "nvidia/cuda_nvcc/include")
+WHOLE_HEADERS = ("cuda_fp16.h", "crt/mma.h")  # what the shipped families need of a header set
 
 
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
-    """CUDA header directories: pip's nvidia packages where they are installed, else a CUDA toolkit's
-    (``$CUDA_PATH``, ``$CUDA_HOME``, /usr/local/cuda); never both, which could mix CUDA versions."""
-    pip = [root / sub for root in map(Path, sys.path) for sub in PIP_HEADERS if (root / sub).is_dir()]
-    if any((folder / "cuda_fp16.h").is_file() for folder in pip):
-        return tuple(dict.fromkeys(map(str, pip)))
+    """CUDA header directories: pip's nvidia packages where they hold every header the families include
+    (``cuda_fp16.h`` and the ``crt/`` headers ``mma.h`` needs), else a CUDA toolkit's (``$CUDA_PATH``,
+    ``$CUDA_HOME``, /usr/local/cuda); never both, which could mix CUDA versions. Where neither set is whole,
+    the one that has ``cuda_fp16.h`` (pip's first)."""
+    pip = tuple(dict.fromkeys(str(root / sub) for root in map(Path, sys.path) for sub in PIP_HEADERS
+                              if (root / sub).is_dir()))
     toolkits = [Path(os.environ[env]) / "include" for env in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(env)]
     toolkits.append(Path("/usr/local/cuda/include"))
-    return tuple(dict.fromkeys(str(d) for d in toolkits if (d / "cuda_fp16.h").is_file()))
+    toolkit = tuple(dict.fromkeys(str(d) for d in toolkits if (d / "cuda_fp16.h").is_file()))[:1]
+    for candidate in (pip, toolkit):
+        if all(_holds(candidate, header) for header in WHOLE_HEADERS):
+            return candidate
+    return pip if _holds(pip, "cuda_fp16.h") else toolkit
+
+
+def _holds(folders: tuple[str, ...], header: str) -> bool:
+    return any((Path(folder) / header).is_file() for folder in folders)
 
 
 def cache_dir() -> Path:
