@@ -108,7 +108,8 @@ def read_prebuilt(scope: str, where: Path | None = None) -> Prebuilt | None:
                   for dtype, t in table.dtypes.items()}
         return Prebuilt(dataclasses.replace(table, dtypes=dtypes), tuple(map(str, record["gpus"])),
                         tuple(map(str, record["ignored"])), str(record["nvrtc"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, AutotuneError, tarfile.TarError, lzma.LZMAError):
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, AutotuneError, tarfile.TarError,
+            lzma.LZMAError):
         return None  # missing, damaged or from another autotune: the table is built from the shipped results
 
 
