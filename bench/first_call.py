@@ -7,8 +7,9 @@ disk cache (``AUTOTUNE_CACHE``: a new install's first run) and once with the cac
 run). Each process imports CuPy and autotune, creates its operands and synchronizes, then times the first
 ``autotune.gemm`` (finding the table, deciding, loading the kernel, launching; synchronized) and then
 ``--repeats`` more calls, each synchronized: their median is the GPU time a call needs anyway, so
-``first - later`` is what the first call adds. Each row names what ran (the tuned kernel or cuBLAS) and
-where the table came from (``prebuilt`` where the shipped table came with autotune current).
+``first - later`` is what the first call adds. Each row names what ran (the tuned kernel or cuBLAS),
+where the table came from (``prebuilt`` where the shipped table came with autotune current) and any
+warning of the first call (a cubin the driver refused, compiled again).
 
 ``--device host`` runs the same on the runtime's host device (NumPy computes; no GPU, no CuPy), to check
 the script and the table lookup where there is no GPU. Writes first_call.json and first_call.csv under
@@ -26,10 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 DTYPES = ("f32", "f16")
-FIELDS = ("dtype", "shape", "cache", "first_ms", "later_ms", "first_extra_ms", "runs", "table", "status")
+FIELDS = ("dtype", "shape", "cache", "first_ms", "later_ms", "first_extra_ms", "runs", "table", "warnings", "status")
 
 
 def child(dtype: str, size: int, repeats: int, device: str) -> dict:
@@ -51,10 +53,12 @@ def child(dtype: str, size: int, repeats: int, device: str) -> dict:
         synchronize = cupy.cuda.get_current_stream().synchronize
         synchronize()
         gemm, explain = autotune.gemm, autotune.explain
-    started = time.perf_counter()
-    gemm(a, b)
-    synchronize()
-    first = time.perf_counter() - started
+    with warnings.catch_warnings(record=True) as caught:  # a cubin the driver refused says so here
+        warnings.simplefilter("always")
+        started = time.perf_counter()
+        gemm(a, b)
+        synchronize()
+        first = time.perf_counter() - started
     later = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -66,7 +70,7 @@ def child(dtype: str, size: int, repeats: int, device: str) -> dict:
     return {"dtype": dtype, "shape": f"{size}x{size}x{size}", "first_ms": first * 1e3, "later_ms": median * 1e3,
             "first_extra_ms": (first - median) * 1e3,
             "runs": "cuBLAS" if decision.uses_cublas else decision.kernel.name, "table": decision.table_note,
-            "status": "ok"}
+            "warnings": [str(warning.message) for warning in caught], "status": "ok"}
 
 
 def _host_call(name: str):
