@@ -96,6 +96,11 @@ def copied(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _swap_two_cubins(digests: dict) -> None:
+    first, second = list(digests)[:2]
+    digests[first], digests[second] = digests[second], digests[first]
+
+
 def _edit_record(folder, scope, edit):
     path = prebuilt.table_path(scope, folder)
     data = json.loads(path.read_text())
@@ -112,6 +117,7 @@ def _edit_record(folder, scope, edit):
     lambda d: d.pop("prebuilt"),
     lambda d: d["prebuilt"]["cubin_sha256"].update({next(iter(d["prebuilt"]["cubin_sha256"])): "0" * 64}),
     lambda d: d.update(schema_version=99),
+    lambda d: _swap_two_cubins(d["prebuilt"]["cubin_sha256"]),  # a kernel given another's cubin
 ])
 def test_a_prebuilt_table_not_current_or_damaged_is_passed_over(copied, edit):
     assert prebuilt.shipped_table("h200", "sm_90").gpu == "h200"

@@ -39,6 +39,7 @@ from autotune.data_files import data_dir
 from autotune.errors import AutotuneError
 from autotune.export.shipped import SOURCE, results_digest
 from autotune.gpu_specs import GPUS
+from autotune.kernel.cubin import check_cubin
 from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES
 from autotune.progress import ProgressCallback, no_progress
@@ -103,6 +104,8 @@ def read_prebuilt(scope: str, where: Path | None = None) -> Prebuilt | None:
         table = KernelTable.from_dict(data, str(path))
         digests = {str(name): str(digest) for name, digest in record["cubin_sha256"].items()}
         cubins = read_cubins(cubins_path(table.arch, where), set(digests.values()))
+        for name, digest in digests.items():
+            check_cubin(cubins[digest], name, table.arch)  # as a table file's cubins are checked as it is read
         dtypes = {dtype: dataclasses.replace(t, kernels=tuple(
                       dataclasses.replace(kernel, cubin=cubins[digests[kernel.name]]) for kernel in t.kernels))
                   for dtype, t in table.dtypes.items()}
