@@ -211,6 +211,19 @@ def test_export_shipped_writes_the_prebuilt_table_compiling_nothing(monkeypatch,
     assert "exported python for sm_90" in capsys.readouterr().out
 
 
+def test_export_shipped_builds_the_table_where_the_prebuilt_one_is_not_current(monkeypatch, tmp_path):
+    monkeypatch.setattr(prebuilt, "read_prebuilt", lambda scope, where=None: None)
+    assert main(["export", "--gpu", "h200", "--shipped", "--dtype", "f32", "--format", "json",
+                 "--out", str(tmp_path)]) == 0
+    written = json.loads((tmp_path / "autotune_table_h200.json").read_text())
+    expected = {**committed("h200"), "created_at": written["created_at"]}
+    expected.pop("prebuilt")
+    expected["dtypes"] = {"f32": expected["dtypes"]["f32"]}
+    for kernel in expected["dtypes"]["f32"]["kernels"]:
+        kernel["resources"] = None  # a table built is not compiled for --format json
+    assert written == expected
+
+
 # -- a cubin the driver refuses --------------------------------------------------------------------------------
 
 
