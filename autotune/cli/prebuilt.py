@@ -21,7 +21,8 @@ COMMAND = "python -m autotune.cli.prebuilt"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser = argparse.ArgumentParser(prog=COMMAND, description="build the prebuilt tables of the shipped results "
+                                     "(tuned_db/<scope>.table.json, <arch>.cubins.tar.xz)")
     parser.add_argument("--out", help="the folder to write into (default: this autotune's tuned_db/)")
     parser.add_argument("--jobs", type=int, help="compile processes (default: one per core, at most 16)")
     args = parser.parse_args(argv)
