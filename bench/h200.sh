@@ -17,6 +17,9 @@
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
 #                                       bench/runtime_check.py with it: 20 shapes per dtype against cuBLAS
+#   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
+#                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
+#                                       against the later calls (bench/first_call.py)
 #   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
 #                                       CUDALIB_DIR, default $BUILD/cudalib, unless it holds one), build it with
 #                                       CMake, run its example and bench/export_check.cpp against cuBLAS
@@ -94,6 +97,9 @@ while [ $# -gt 0 ]; do
     runtime)
         python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
         python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        ;;
+    first-call)
+        python3 bench/first_call.py --out "$OUT" --shape "${FIRST_CALL_SHAPE:-4096}" 2>&1 | tee "$OUT/first_call.log" || status=1
         ;;
     cudalib)
         library=${CUDALIB_DIR:-$BUILD/cudalib}
@@ -174,7 +180,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], mismatch" >&2; exit 2
         ;;
     esac
 done

@@ -227,10 +227,12 @@ def test_shipped_results_serve_h200_and_same_architecture_h100():
 
 
 def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """Where the prebuilt table is not current (tests/test_prebuilt.py), the shipped results' table is built."""
     from autotune.runtime import sources
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")  # no user database
+    monkeypatch.setattr(sources, "shipped_table", lambda key, arch: None)  # no current prebuilt table
     built = choose_table("NVIDIA H200", "sm_90", 0)
     cached = sources.shipped_table_path("h200", "sm_90")
     assert cached.exists() and "shipped with autotune" in built.note
@@ -246,6 +248,7 @@ def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monk
     monkeypatch.undo()
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")
+    monkeypatch.setattr(sources, "shipped_table", lambda key, arch: None)
     rebuilt = choose_table("NVIDIA H200", "sm_90", 0)
     assert {**rebuilt.table.to_dict(), "created_at": None} == {**built.table.to_dict(), "created_at": None}
     assert json.loads(cached.read_text())["arch"] == "sm_90"

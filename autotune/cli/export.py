@@ -13,14 +13,20 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
+from autotune.export.shipped import SOURCE
 from autotune.export.writers import WRITERS, writer
 from autotune.gpu_specs import GPUS, gpu_spec
 from autotune.problem import DTYPES
+
+if TYPE_CHECKING:
+    from autotune.select.kernel_table import KernelTable
 
 
 def register(sub) -> None:
@@ -44,9 +50,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from autotune.export.files import check_destination
-    from autotune.runtime.sources import shipped_store
     from autotune.select.kernel_table import spec_for_arch
-    from autotune.select.selection import build_table, ignored_environments
 
     chosen = writer(args.format)
     dtypes = tuple(d.strip() for d in args.dtype.split(",") if d.strip())
@@ -58,25 +62,51 @@ def run(args: argparse.Namespace) -> int:
         spec_for_arch(args.arch)  # an unknown architecture is an error naming the known ones
     out = Path(args.out)
     check_destination(out)  # before minutes of compiling
-    store = shipped_store() if args.shipped else open_store(args.db, read_only=True)
-    source = "the results shipped with autotune" if args.shipped else store.shown_url
+    with TerminalProgress() as progress:
+        table = _prebuilt(gpu or args.arch, dtypes) if args.shipped else None
+        if table is None:
+            table = _built(args, gpu, dtypes, progress)
+        if chosen.compiles:
+            from autotune.export.compile import compile_table
+
+            table = compile_table(table, progress)
+    written = chosen.write(table, out)
+    _summary(table, chosen.name, out, written)
+    return 0
+
+
+def _prebuilt(scope: str, dtypes: tuple[str, ...]) -> KernelTable | None:
+    """The shipped table of ``scope`` with ``dtypes``, as it comes prebuilt with autotune (its kernels compiled),
+    where it is current; None otherwise (it is then built from the shipped results)."""
+    from autotune.export.prebuilt import read_prebuilt
+
+    prebuilt = read_prebuilt(scope)
+    if prebuilt is None or any(dtype not in prebuilt.table.dtypes for dtype in dtypes):
+        return None
+    for line in prebuilt.ignored:
+        print(f"autotune: {line}", file=sys.stderr)
+    return dataclasses.replace(prebuilt.table, dtypes={dtype: prebuilt.table.dtypes[dtype] for dtype in dtypes})
+
+
+def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], progress) -> KernelTable:
+    """The table of ``gpu`` (or ``--arch``) built from the database, or from the shipped results."""
+    from autotune.runtime.sources import shipped_store
+    from autotune.select.selection import build_table, ignored_environments
+
+    store = shipped_store(progress) if args.shipped else open_store(args.db, read_only=True)
+    source = SOURCE if args.shipped else store.shown_url
     with store:
         for line in ignored_environments(store, gpu=gpu, arch=args.arch):
             print(f"autotune: {line}", file=sys.stderr)
-        table = dataclasses.replace(build_table(store, dtypes, gpu=gpu, arch=args.arch), source=source)
+        table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress)
+        table = dataclasses.replace(table, source=source)
         others = sorted({key for key, _, arch in store.gpus() if arch == table.arch and key != gpu})
     if not any(t.rules for t in table.dtypes.values()):
         hint = (f"; {', '.join(others)} ({table.arch}, the same architecture) has some: --arch {table.arch}"
                 if gpu and others else "; `autotune results import --shipped` loads the shipped ones, or pass --shipped")
         raise InputError("--gpu" if gpu else "--arch", gpu or args.arch,
                          f"a GPU or architecture with tuned {'/'.join(dtypes)} results in {source}{hint}")
-    if chosen.compiles:
-        from autotune.export.compile import compile_table
-
-        table = compile_table(table)
-    written = chosen.write(table, out)
-    _summary(table, chosen.name, out, written)
-    return 0
+    return table
 
 
 def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:

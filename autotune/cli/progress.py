@@ -70,8 +70,8 @@ def progress_text(what: str, done: int, total: int, elapsed: float) -> str:
 
 
 def duration_text(seconds: float) -> str:
-    """``9 s``, ``2 min 5 s``, ``1 h 3 min``."""
-    seconds = max(0, round(seconds))
+    """``9 s``, ``2 min 5 s``, ``1 h 3 min`` (never less than ``1 s``)."""
+    seconds = max(1, round(seconds))
     if seconds < 60:
         return f"{seconds} s"
     minutes, seconds = divmod(seconds, 60)

@@ -165,7 +165,7 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
             other.block, other.dynamic_smem, other.opt_in, other.tensor_maps):
         raise SpaceError(f"{config.name}: block, shared memory or tensor maps depend on the problem size")
     names = {key: value for key, value in space.values(config, gpu).items() if key not in ("gpu", "problem")}
-    launch_text = tomllib.loads(space.source_text)["launch"]
+    launch_text = _launch_table(space.source_text)
     where = f"{space.family} [launch]"
     grid = tuple(_over_sizes(str(launch_text[key]), names, gpu, f"{where} {key}") for key in ("grid_x", "grid_y"))
     # A space file may say what a block runs through where it is not its share of one tile's k-tiles
@@ -183,4 +183,16 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
 def _over_sizes(text: str, names: dict[str, Any], gpu: GpuSpec, where: str) -> str:
     """A space-file expression with every name but the problem sizes replaced by its value, folded
     (``cdiv(problem.n, BN)`` with BN = 128 becomes ``cdiv(N, 128)``)."""
-    return Expression(text, where, names).over_sizes({**names, "gpu": gpu}).text
+    return _expression(text, where, frozenset(names)).over_sizes({**names, "gpu": gpu}).text
+
+
+# A table's selection asks for the contracts of every config measured (hundreds): each space file's
+# [launch] table is parsed, and each of its expressions checked, once per file and name set, not per config.
+@functools.lru_cache(maxsize=64)
+def _launch_table(source_text: str) -> dict[str, Any]:
+    return tomllib.loads(source_text)["launch"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _expression(text: str, where: str, names: frozenset[str]) -> Expression:
+    return Expression(text, where, names)

@@ -1,7 +1,8 @@
 """What runs a decided call: a CUDA GPU through CuPy, or the host (NumPy) for tests.
 
-:class:`CupyDevice` loads each tuned kernel once (its exported cubin, or one
-compiled through NVRTC into the disk cache), raises its shared-memory limit,
+:class:`CupyDevice` loads each tuned kernel once (the cubin its table comes with,
+or one compiled through NVRTC into the disk cache, also where the driver refuses
+the table's: :func:`load_table_kernel`), raises its shared-memory limit,
 encodes its TMA tensor maps for the call's operands (again only when they
 change) and launches it on the current stream; cuBLAS runs the fallbacks.
 :class:`HostDevice` computes every call with NumPy and records what a GPU
@@ -10,14 +11,18 @@ would have launched, so the runtime's dispatch can be tested with no GPU.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy
 
+from autotune.errors import AutotuneError
 from autotune.export.compile import compile_table_kernel
 from autotune.gpu.launch import KernelLaunch, load_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
-from autotune.select.kernel_table import TableKernel
+from autotune.select.kernel_table import TableError, TableKernel
 
 
 class CupyDevice:
@@ -111,12 +116,38 @@ class CupyDevice:
         return launch
 
     def _load(self, kernel: TableKernel, arch: str):
-        compiled = compile_table_kernel(kernel, arch)
-        with self.cupy.cuda.Device(self.index):
-            function = load_kernel(self.cupy, compiled.cubin, kernel.launch.entry, kernel.launch.dynamic_smem,
+        def load(cubin: bytes):
+            with self.cupy.cuda.Device(self.index):
+                return load_kernel(self.cupy, cubin, kernel.launch.entry, kernel.launch.dynamic_smem,
                                    kernel.launch.opt_in)
+
+        function = load_table_kernel(kernel, arch, load, self.cupy.cuda.driver.CUDADriverError)
         self._functions[kernel.name] = function
         return function
+
+
+def load_table_kernel(kernel: TableKernel, arch: str, load: Callable[[bytes], Any],
+                      refused: type[Exception] | tuple[type[Exception], ...]) -> Any:
+    """``kernel`` loaded by ``load(cubin)``: from the cubin it comes with (a prebuilt or exported table's), else
+    from one compiled by the installed NVRTC (or read from the disk cache). Where the driver refuses the cubin
+    it comes with (``refused``: one built by an NVRTC newer than the driver, say), the kernel is compiled by
+    the installed NVRTC and that one loaded, with a warning; a cubin it refuses too raises its error, and a
+    kernel this autotune cannot build again (another template) a TableError naming both."""
+    if kernel.cubin is None:
+        return load(compile_table_kernel(kernel, arch).cubin)
+    try:
+        return load(kernel.cubin)
+    except refused as error:
+        try:
+            rebuilt = compile_table_kernel(dataclasses.replace(kernel, cubin=None), arch).cubin
+        except AutotuneError as failed:
+            raise TableError(f"the CUDA driver refused the table's cubin of {kernel.name} ({error}), and this "
+                             f"autotune cannot build it again: {failed}") from None
+        if rebuilt == kernel.cubin:
+            raise  # the installed NVRTC builds the very cubin the driver refused
+        warnings.warn(f"autotune: the CUDA driver refused the table's cubin of {kernel.name} ({error}); "
+                      "using one compiled by the installed NVRTC", RuntimeWarning, stacklevel=2)
+        return load(rebuilt)
 
 
 class HostDevice:

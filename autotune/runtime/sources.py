@@ -5,24 +5,25 @@ In this order: a table file the program loaded (:func:`autotune.load`, or the
 (``AUTOTUNE_DB``, else the default database, if it exists); the tuned results
 that ship with autotune. In each, results measured on this GPU model come
 first; results of another GPU of the same architecture are used when this model
-has none, and the choice says so. The table built from the shipped results is
-kept in the disk cache (``<cache>/tables``), named after a hash of those results
-and of autotune's version, so only the first process after an install builds it.
+has none, and the choice says so. The table of the shipped results comes
+prebuilt with autotune, its kernels compiled (:mod:`autotune.export.prebuilt`);
+where that one is not current, it is built from the shipped results and kept in
+the disk cache (``<cache>/tables``), named after a hash of those results and of
+autotune's version, so only the first process after an install builds it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 
 from autotune.errors import AutotuneError
+from autotune.export.prebuilt import shipped_table
+from autotune.export.shipped import SOURCE, results_digest, shipped_store
 from autotune.gpu_specs import spec_for_device
 from autotune.problem import DTYPES
 from autotune.runtime.dispatch import TableChoice
 from autotune.select.kernel_table import KernelTable, TableError, read_table
-from autotune.select.selection import build_table
 
 TABLE_VARIABLE = "AUTOTUNE_TABLE"
 
@@ -58,6 +59,8 @@ def choose_table(gpu_name: str, arch: str, device: int, loaded: tuple[KernelTabl
 
 
 def _from_store(store, where: str, key: str | None, gpu_name: str, arch: str) -> TableChoice | None:
+    from autotune.select.selection import build_table  # the database layer loads only where a table is built
+
     known = store.gpus()
     if key is not None and any(k == key for k, _, _ in known):
         table = build_table(store, DTYPES, gpu=key)
@@ -76,7 +79,8 @@ def _note(table: KernelTable, key: str | None, gpu_name: str, where: str) -> str
            f"on {measured}, from {where}"
 
 
-USER, SHIPPED = "the results database", "the results shipped with autotune"
+USER, SHIPPED = "the results database", SOURCE
+PREBUILT = f"{SHIPPED} (prebuilt)"
 
 
 def _user_store():
@@ -93,7 +97,11 @@ def _user_store():
 
 
 def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | None:
-    """The table of the shipped results for this GPU: from the disk cache, else built (and cached)."""
+    """The table of the shipped results for this GPU: the prebuilt one where it is current, else the one in
+    the disk cache, else built (and cached)."""
+    prebuilt = shipped_table(key, arch)
+    if prebuilt is not None:
+        return TableChoice(prebuilt, _note(prebuilt, key, gpu_name, PREBUILT))
     cached = shipped_table_path(key, arch)
     if cached.exists():
         try:
@@ -114,22 +122,12 @@ def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | 
 
 def shipped_table_path(key: str | None, arch: str) -> Path:
     """Where the table of the shipped results for GPU ``key`` (or, without one, ``arch``) is cached."""
+    from autotune import __version__
     from autotune.kernel.compile import cache_dir
     from autotune.select.kernel_table import SCHEMA_VERSION, SELECTION_RULE
 
-    digest = _shipped_digest(key, arch, SCHEMA_VERSION, SELECTION_RULE)  # a new rule builds the table anew
+    digest = results_digest(__version__, key, arch, SCHEMA_VERSION, SELECTION_RULE)[:16]  # a new rule: built anew
     return cache_dir() / "tables" / f"shipped-{key or arch}-{digest}.json"
-
-
-def _shipped_digest(*extra) -> str:
-    """A hash of the shipped results files, autotune's version and ``extra``."""
-    from autotune import __version__
-    from autotune.data_files import shipped_results
-
-    digest = hashlib.sha256(json.dumps([__version__, *extra]).encode())
-    for path in shipped_results():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _existing_default() -> str | None:
@@ -137,22 +135,3 @@ def _existing_default() -> str | None:
 
     path = default_path()
     return "sqlite:///" + str(path) if path.exists() else None
-
-
-def shipped_store():
-    """A database holding the tuned results that ship with autotune, built once into the disk cache
-    (``<cache>/shipped``, named after a hash of those results and autotune's version) and opened from there."""
-    from autotune.data_files import shipped_results
-    from autotune.kernel.compile import cache_dir
-    from autotune.results import ResultStore
-    from autotune.results import files as tuned
-
-    path = cache_dir() / "shipped" / f"results-{_shipped_digest()}.db"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.stem}.tmp{os.getpid()}.db")
-        with ResultStore(f"sqlite:///{partial}") as building:
-            for results in shipped_results():
-                tuned.import_file(building, results)
-        partial.replace(path)
-    return ResultStore(f"sqlite:///{path}")

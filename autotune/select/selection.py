@@ -31,12 +31,14 @@ from autotune.errors import AutotuneError
 from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel.contract import contract_for
 from autotune.problem import GemmProblem
+from autotune.progress import ProgressCallback, no_progress
 from autotune.results import ResultStore
 from autotune.select import cover
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, spec_for_arch
 from autotune.space.family import load_space
 
 MAX_KERNELS = cover.MAX_KERNELS
+BUILDING = "building the table"  # what build_table reports its progress as
 Shape = tuple[int, int, int]
 
 
@@ -293,7 +295,7 @@ def quality(report: Sequence[HeldOut]) -> Quality:
 
 
 def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
-                max_kernels: int = MAX_KERNELS) -> KernelTable:
+                max_kernels: int = MAX_KERNELS, progress: ProgressCallback = no_progress) -> KernelTable:
     """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
 
     A known GPU's table is of its own architecture, whatever environments filed under its key say;
@@ -301,6 +303,7 @@ def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = N
     (:func:`ignored_environments`). Per dtype, the table is :func:`build`'s from every measured shape
     (where several GPUs timed a config at a shape, the fastest measurement counts), each rule with its
     leave-one-out quality. Kernels are not compiled here (:func:`autotune.export.compile.compile_table`).
+    ``progress`` hears of each dtype's table done (``building the table``).
     """
     known = [(key, name, sm) for key, name, sm in store.gpus() if _trusted(key, sm)]
     if gpu is not None:
@@ -313,12 +316,14 @@ def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = N
     spec = spec_for_arch(arch, gpu)
     keys = list(dict.fromkeys(key for key, _, _ in chosen))
     dtype_tables = {}
-    for dtype in dtypes:
+    progress(BUILDING, 0, len(dtypes))
+    for done, dtype in enumerate(dtypes, 1):
         selection = build(store, spec, keys, dtype, max_kernels)
         quality_of = {(h.problem.m, h.problem.n, h.problem.k): h.fraction_of_best for h in held_out(selection)}
         rules = tuple(dataclasses.replace(rule, held_out_fraction_of_best=quality_of.get(rule.shape))
                       for rule in selection.table.rules)
         dtype_tables[dtype] = dataclasses.replace(selection.table, rules=rules)
+        progress(BUILDING, done, len(dtypes))
     names = tuple(sorted({name for _, name, _ in chosen}))
     return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
                        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)
