@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from conftest import autotune, autotune_process
 from postgres_server import missing as postgres_missing
 from postgres_server import server_for
 from results_data import ENV, PROBLEM, measurement
@@ -134,9 +135,8 @@ def test_eight_processes_write_500_results_each_to_a_fresh_database(fresh_url):
 
 
 def test_concurrent_imports_of_one_file_add_each_row_once(fresh_url):
-    children = [subprocess.Popen([sys.executable, "-m", "autotune", "results", "import", str(RESULTS),
-                                  "--db", fresh_url], env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(4)]
+    children = [autotune_process("results", "import", RESULTS, "--db", fresh_url, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE) for _ in range(4)]
     outputs = [child.communicate(timeout=120) for child in children]
     assert [child.returncode for child in children] == [0] * 4, [err for _, err in outputs]
     lines = len(RESULTS.read_text().splitlines())
@@ -261,8 +261,7 @@ def test_read_only_commands_refuse_a_sqlite_file_of_something_else(tmp_path, com
         connection.execute("INSERT INTO notes (body) VALUES ('buy milk')")
     connection.close()
     before = _sha256(path)
-    done = subprocess.run([sys.executable, "-m", "autotune", *command, "--db", f"sqlite:///{path}"], env=CHILD_ENV,
-                          capture_output=True, text=True, timeout=120)
+    done = autotune(*command, "--db", f"sqlite:///{path}")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"autotune: error: cannot open database 'sqlite:///{path}': not an autotune results database (it holds "
@@ -339,8 +338,7 @@ def test_a_password_is_never_shown(tmp_path, monkeypatch):
     assert str(info.value).startswith("cannot open database 'postgresql://tuner:***@db.example:no-port/results': ")
     monkeypatch.setenv("AUTOTUNE_DB", url)
     assert default_url() == url  # a URL in AUTOTUNE_DB is a URL, not a file name
-    done = subprocess.run([sys.executable, "-m", "autotune", "results", "import", str(RESULTS)],
-                          env={**CHILD_ENV, "AUTOTUNE_DB": url}, capture_output=True, text=True, timeout=120)
+    done = autotune("results", "import", RESULTS, env={"AUTOTUNE_DB": url})
     assert done.returncode == 2 and "hunter2" not in done.stderr + done.stdout and "tuner:***@" in done.stderr
 
 
