@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_processes
 import optuna
 import pytest
 import sqlalchemy
@@ -127,22 +128,10 @@ def test_slots_are_refused_past_the_budget_and_for_a_config_held_earlier(url):
         ledger.close()
 
 
-def _open_ledger(url: str, barrier, results) -> None:
-    barrier.wait()  # every process creates Optuna's tables and the study at the same moment
-    try:
-        ledger = StudyLedger(url, "together", ["minimize"], {}, budget=1, heartbeat_s=1, grace_s=2)
-        ledger.close()
-        results.put(ledger.study_id)
-    except Exception as error:  # noqa: BLE001 - reported to the test
-        results.put(f"{type(error).__name__}: {error}")
-
-
 def test_searches_started_together_open_one_study(url):
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
+    context = forked_processes.processes()
     barrier, results = context.Barrier(6), context.Queue()
-    processes = [context.Process(target=_open_ledger, args=(url, barrier, results)) for _ in range(6)]
+    processes = [context.Process(target=forked_processes.open_ledger, args=(url, barrier, results)) for _ in range(6)]
     for process in processes:
         process.start()
     outcomes = [results.get(timeout=120) for _ in processes]
