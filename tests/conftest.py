@@ -54,6 +54,18 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(root / "data"))
 
 
+@pytest.fixture(scope="session")
+def postgres(pytestconfig):
+    """The session's throwaway PostgreSQL server (tests/postgres_server.py), started on first use; a skip
+    with the reason where it cannot start here. Each test makes its own database on it."""
+    from postgres_server import missing, server_for
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    return server_for(pytestconfig)
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 

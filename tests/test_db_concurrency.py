@@ -19,8 +19,6 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from conftest import autotune
 from forked_processes import autotune_command, processes, victim, write
-from postgres_server import missing as postgres_missing
-from postgres_server import server_for
 from results_data import ENV, PROBLEM, measurement
 from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.exc import OperationalError
@@ -35,13 +33,6 @@ from autotune.results.models import VERSION_TABLE, Environment, Failure, Kernel,
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "tests" / "data" / "h200-v1.jsonl"  # H200 results as shipped (their version-1 lines)
 
-
-@pytest.fixture(scope="session")
-def postgres(pytestconfig):
-    reason = postgres_missing()
-    if reason:
-        pytest.skip(reason)
-    return server_for(pytestconfig)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
