@@ -46,12 +46,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    """The session's cache folder, every test's ``$AUTOTUNE_CACHE``: a kernel is compiled once per session
+    (the cache key is its source, target, NVRTC version and options), the shipped results imported once."""
+    return tmp_path_factory.getbasetemp() / "cache"
+
+
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path_factory, monkeypatch):
+def _isolated_dirs(session_cache, tmp_path_factory, monkeypatch):
     """Keep the cubin cache and the default database out of the user's home."""
-    root = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("AUTOTUNE_CACHE", str(root / "cache"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(root / "data"))
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(session_cache))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.getbasetemp() / "data"))
 
 
 @pytest.fixture(scope="session")

@@ -226,9 +226,18 @@ def test_shipped_results_serve_h200_and_same_architecture_h100():
     assert a100.table is None
 
 
-def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+def _share_the_sessions_builds(cache, session_cache) -> None:
+    """In a cache folder of a test's own, the compiled kernels and the imported shipped results are the
+    session's (built once, by whichever test needs them first); its tables are its own."""
+    for shared in ("cubins", "shipped"):
+        (session_cache / shared).mkdir(parents=True, exist_ok=True)
+        (cache / shared).symlink_to(session_cache / shared, target_is_directory=True)
+
+
+def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch, session_cache):
     from autotune.runtime import sources
 
+    _share_the_sessions_builds(tmp_path, session_cache)
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")  # no user database
     built = choose_table("NVIDIA H200", "sm_90", 0)
