@@ -11,8 +11,8 @@ import contextlib
 import io
 import multiprocessing
 
-PRELOAD = ["autotune.cli", "autotune.results", "autotune.search.study", "sqlalchemy", "alembic", "optuna",
-           "psycopg", __name__]
+PRELOAD = ["autotune.cli", "autotune.results", "autotune.search.search", "autotune.gpu.worker", "sqlalchemy",
+           "alembic", "optuna", "psycopg", "search_process", __name__]
 
 
 def processes() -> multiprocessing.context.ForkServerContext:
@@ -30,6 +30,17 @@ def autotune_command(args: list[str], answer) -> None:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(args)
     answer.send((code, out.getvalue(), err.getvalue()))
+
+
+def search(argv: list[str], answer) -> None:
+    """A search of tests/search_process.py in a session of its own (so that it can be killed with its GPU worker
+    and compile process); sends how many configs it evaluated through ``answer`` (a connection)."""
+    import os
+
+    import search_process
+
+    os.setsid()
+    answer.send(search_process.search(argv))
 
 
 def open_ledger(url: str, barrier, results) -> None:

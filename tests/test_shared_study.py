@@ -3,8 +3,6 @@
 import collections
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,15 +22,16 @@ from autotune.space.family import SearchSpace
 
 HERE = Path(__file__).parent
 TINY = HERE / "data" / "tiny.toml"
-ROOT = HERE.parent
 
 
-def start_search(url: str, trials: int, *options: str) -> subprocess.Popen:
-    """tests/search_process.py in a session of its own (so that it can be killed with its workers)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, str(HERE / "search_process.py"), url, str(trials), *options],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+def start_search(url: str, trials: int, *options: str):
+    """A search of tests/search_process.py, forked in a session of its own (so that it can be killed with its
+    GPU worker and compile process): the process, and the connection that brings how many configs it evaluated."""
+    context = forked_processes.processes()
+    received, sent = context.Pipe(duplex=False)
+    process = context.Process(target=forked_processes.search, args=([url, str(trials), *options], sent))
+    process.start()
+    return process, received
 
 
 def the_study(url: str) -> optuna.Study:
@@ -49,10 +48,11 @@ def url(tmp_path):
 
 def test_four_concurrent_searches_end_with_exactly_the_budget(url):
     searches = [start_search(url, 40) for _ in range(4)]  # all of them start with the space's seeds
-    outputs = [search.communicate(timeout=600) for search in searches]
-    for search, (out, err) in zip(searches, outputs):
-        assert search.returncode == 0, err
-        assert out.strip() == "evaluated 40"
+    evaluated = [received.recv() if received.poll(600) else None for _, received in searches]
+    for process, _ in searches:
+        process.join(60)
+    assert [process.exitcode for process, _ in searches] == [0] * 4  # a search's traceback: in the captured stderr
+    assert evaluated == [40] * 4
     trials = the_study(url).get_trials(deepcopy=False)
     evaluated = [t for t in trials if evaluated_on_gpu(t)]
     assert len(evaluated) == 40
@@ -70,10 +70,10 @@ def test_four_concurrent_searches_end_with_exactly_the_budget(url):
 
 
 def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
-    killed = start_search(url, 12, "--kernel-s", "0.3", "--heartbeat", "1", "--grace", "2")
+    killed, _ = start_search(url, 12, "--kernel-s", "0.3", "--heartbeat", "1", "--grace", "2")
     deadline = time.monotonic() + 300
     while True:
-        assert time.monotonic() < deadline and killed.poll() is None, "the search ended before it could be killed"
+        assert time.monotonic() < deadline and killed.is_alive(), "the search ended before it could be killed"
         try:
             trials = the_study(url).get_trials(deepcopy=False)
         except (ValueError, KeyError):  # no study yet
@@ -82,7 +82,7 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
             break
         time.sleep(0.1)
     os.killpg(killed.pid, signal.SIGKILL)  # the search, its GPU worker and its compile process
-    killed.communicate()
+    killed.join()
     left_running = {t._trial_id for t in the_study(url).get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
     assert left_running
 
