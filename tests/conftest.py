@@ -10,6 +10,7 @@ import functools
 import io
 import logging
 import os
+import resource
 import subprocess
 import sys
 import traceback
@@ -70,6 +71,13 @@ def postgres(pytestconfig):
     if reason:
         pytest.skip(reason)
     return server_for(pytestconfig)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds spent so far by this process and the processes it has waited for: a bound on what a call
+    costs that holds however loaded the machine is (a bound on wall time does not)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 # -- the command line ----------------------------------------------------------------------------

@@ -11,19 +11,24 @@ from pathlib import Path
 from autotune.search.lanes import GpuLane
 
 
-def test_begin_returns_at_once_and_the_environment_waits_for_the_worker():
+def test_begin_returns_at_once_and_the_environment_waits_for_the_worker(tmp_path, monkeypatch):
+    from test_worker import GatedBackend
+
     from autotune.gpu.worker import GpuWorker
 
-    worker = GpuWorker(backend="fake")
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("AUTOTUNE_TEST_GATE", str(gate))
+    worker = GpuWorker(backend=GatedBackend, start_timeout_s=120)  # says hello only once the gate opens
     try:
-        started = time.monotonic()
         worker.begin()
         worker.begin()  # still starting: not a second child
-        assert time.monotonic() - started < 1.0 and worker.pid is not None
+        assert worker.pid is not None  # begin() returned while the child could not have said hello
         first = worker.pid
+        gate.touch()
         assert worker.environment().gpu_key == "h200-fake"  # the fake GPU is kept apart from a real H200
         assert worker.pid == first and worker.restarts == 0
     finally:
+        gate.touch()
         worker.close()
     assert worker.pid is None
 

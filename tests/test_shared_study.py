@@ -145,14 +145,15 @@ def test_a_long_running_slot_keeps_beating_while_new_slots_come_and_go(url):
     space = SearchSpace(TINY)
     configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:16]
     distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
-    ledger = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=2)
-    other = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=2)
+    # a beat every second, stale after 5 s without one: a loaded machine may delay a beat, not five in a row
+    ledger = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=5)
+    other = StudyLedger(url, "beats", ["minimize"], distributions, budget=100, heartbeat_s=1, grace_s=5)
     try:
         long = ledger.reserve(configs[0], device=0)  # a candidate that takes a while on its GPU
-        for config in configs[1:]:  # while other candidates are reserved and finished all along
+        for config in configs[1:]:  # while other candidates are reserved and finished all along, past the grace
             slot = ledger.reserve(config, device=0)
             ledger.finish(slot.trial_id, {}, (1.0,))
-            time.sleep(0.25)
+            time.sleep(0.5)
         other.fail_stale()  # another process looking for dead processes' slots
         assert ledger.storage.get_trial(long.trial_id).state == TrialState.RUNNING
     finally:
@@ -164,7 +165,7 @@ def test_a_slot_whose_process_died_before_its_first_heartbeat_is_failed_after_th
     space = SearchSpace(TINY)
     configs = [verdict.config for verdict in space.verdicts(gpu_spec("h200")) if verdict.feasible][:2]
     distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
-    ledger = StudyLedger(url, "unbeaten", ["minimize"], distributions, budget=1, heartbeat_s=1, grace_s=2)
+    ledger = StudyLedger(url, "unbeaten", ["minimize"], distributions, budget=1, heartbeat_s=1, grace_s=4)
     try:
         orphan = optuna.trial.create_trial(  # what a process killed right after creating its slot leaves
             state=TrialState.RUNNING, user_attrs={"config": configs[0].name, "params": configs[0].as_dict(),
@@ -173,7 +174,7 @@ def test_a_slot_whose_process_died_before_its_first_heartbeat_is_failed_after_th
         assert ledger.reserve(configs[1], device=0).admission is Admission.FULL  # it holds the only slot
         ledger.fail_stale()
         assert ledger.storage.get_trial(orphan_id).state == TrialState.RUNNING  # younger than the grace period
-        time.sleep(2.5)
+        time.sleep(4.5)
         ledger.fail_stale()
         assert ledger.storage.get_trial(orphan_id).state == TrialState.FAIL
         assert ledger.reserve(configs[1], device=0).admission is Admission.ADMITTED
