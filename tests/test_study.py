@@ -309,12 +309,22 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
 
 
 class SlowWorker(RecordingWorker):
-    """A GPU that takes 0.3 s per candidate: compiles get ahead of it."""
+    """A GPU behind the compiles: it runs its first candidate only once more than a lane's share of candidates
+    (READY_PER_LANE) waits for it (however slowly a loaded machine compiles; for two minutes at most), and takes
+    0.3 s per candidate."""
+
+    search = None  # the BacklogSearch it serves
 
     def run(self, task, timeout_s):
         import time
 
+        from autotune.search.compiling import READY_PER_LANE
+
         if type(task).__name__ == "KernelTask":
+            deadline = time.monotonic() + 120
+            while max((total for total, _ in self.search.backlog), default=0) <= READY_PER_LANE \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(0.3)
         return super().run(task, timeout_s)
 
@@ -338,10 +348,10 @@ def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
     compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
     from autotune.search.compiling import READY_PER_LANE
 
+    slow = SlowWorker(worker)
     search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
-                           ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
-                           SearchSettings(trials=14, jobs=2, seed=1))
-    search.backlog = []
+                           ResultStore(f"sqlite:///{tmp_path}/r.db"), slow, SearchSettings(trials=14, jobs=2, seed=1))
+    search.backlog, slow.search = [], search
     result = search.run()
     assert result.evaluated == 14
     assert max(total for total, _ in search.backlog) > READY_PER_LANE  # random draws piled up; compiling went on
@@ -353,10 +363,11 @@ def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(
 
     space = SearchSpace(TINY)
     warm = [config for config in space if config not in space.seeds][:8]  # seeds too, given in advance
+    slow = SlowWorker(worker)
     search = BacklogSearch(space, gpu_spec("h200"), GemmProblem(64, 64, 64),
-                           ResultStore(f"sqlite:///{tmp_path}/r.db"), SlowWorker(worker),
+                           ResultStore(f"sqlite:///{tmp_path}/r.db"), slow,
                            SearchSettings(trials=24, jobs=2, seed=1), warm_start=warm)
-    search.backlog = []
+    search.backlog, slow.search = [], search
     result = search.run()
     assert result.evaluated == 24
     assert max(total for total, _ in search.backlog) > READY_PER_LANE  # seeds piled up; compiling went on
