@@ -1,7 +1,12 @@
-"""Shared test setup: GPU tests skip with a reason where no NVIDIA GPU is attached; the cubin cache
-and the default database stay out of the user's home; the command line runs in this process
-(:func:`autotune`) or, where only a process of its own shows what is tested, as one
-(:func:`autotune_process`)."""
+"""Shared test setup and helpers.
+
+GPU tests skip with a reason where no NVIDIA GPU is attached. Every test's cache folder is the
+session's (:func:`session_cache`: each kernel compiled once per session) and the default database
+stays out of the user's home. :func:`postgres` is the session's one PostgreSQL server. The command
+line runs in this process (:func:`autotune`) or, where only a process of its own shows what is
+tested, as one (:func:`autotune_process`). Bounds on the work a call does are on
+:func:`cpu_seconds`, never on wall time.
+"""
 
 from __future__ import annotations
 
