@@ -1,6 +1,7 @@
 """A search of the tiny test family (tests/data/tiny.toml) in a process of its own, with the fake GPU.
 
-Tests start several at once on one database, or kill one, and look at the study afterwards:
+Tests start several at once on one database, or kill one, and look at the study afterwards
+(forked, see forked_processes.py, or as a script):
 
     python tests/search_process.py URL TRIALS [--kernel-s S] [--heartbeat S] [--grace S] [--seed N]
 
@@ -32,6 +33,12 @@ class SlowFakeBackend(FakeBackend):
 
 
 def main(argv: list[str]) -> int:
+    print(f"evaluated {search(argv)}")
+    return 0
+
+
+def search(argv: list[str]) -> int:
+    """The search that ``argv`` asks for; how many configs it evaluated."""
     from autotune.gpu.worker import GpuWorker
     from autotune.gpu_specs import gpu_spec
     from autotune.problem import GemmProblem
@@ -53,8 +60,7 @@ def main(argv: list[str]) -> int:
     with GpuWorker(backend=SlowFakeBackend) as worker:
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(args.url),
                         worker, settings).run()
-    print(f"evaluated {result.evaluated}")
-    return 0
+    return result.evaluated
 
 
 if __name__ == "__main__":

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import random
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,8 +17,8 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from postgres_server import missing as postgres_missing
-from postgres_server import server_for
+from conftest import autotune
+from forked_processes import autotune_command, processes, victim, write
 from results_data import ENV, PROBLEM, measurement
 from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.exc import OperationalError
@@ -35,62 +32,7 @@ from autotune.results.models import VERSION_TABLE, Environment, Failure, Kernel,
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "tests" / "data" / "h200-v1.jsonl"  # H200 results as shipped (their version-1 lines)
-CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-# One writer process: `count` measurements (a failure every 50th), over 8 kernels, as study "p<proc>".
-WRITER = """
-import sys
-from autotune.results import ResultStore
-from autotune.problem import GemmProblem
-from autotune.records import Environment, Failure, Measurement, Timing
-from autotune.space.family import Config
-
-url, proc, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-env = Environment("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
-problem = GemmProblem(256, 256, 256)
-store = ResultStore(url)
-for i in range(count):
-    ms = 1.0 + proc * 1e-3 + i * 1e-7
-    config = Config("sgemm", (("BM", 16 * (i % 8 + 1)),))
-    store.add_measurement(env, problem, config, "h", Measurement(Timing(ms, ms, ms, ms, ms, (ms,)), 1.0, 0.0),
-                          f"p{proc}")
-    if i % 50 == 0:
-        store.add_failure(env, problem, config, "h", Failure("timeout", f"{proc}/{i}"), f"p{proc}")
-store.close()
-"""
-
-# A process to kill: imports, says "ready", reads a URL, opens it (says "opened") and writes until killed.
-VICTIM = """
-import sys
-from autotune.results import ResultStore
-from autotune.problem import GemmProblem
-from autotune.records import EnergyWindow, Environment, Failure, Measurement, Timing
-from autotune.space.family import Config
-
-env = Environment("h200", "NVIDIA H200", "sm_90", "580.159.04", "13.0", "13.0", "14.2.0")
-problem = GemmProblem(256, 256, 256)
-window = EnergyWindow(1.0, 1000, 600.0, 590.0, 0.6, 0.59, 120.0, 1980.0, 1980, 60, 0, False, 100)
-print("ready", flush=True)
-store = ResultStore(sys.stdin.readline().strip())
-print("opened", flush=True)
-i = 0
-while True:
-    i += 1
-    config = Config("sgemm", (("BM", 16 * (i % 8 + 1)),))
-    ms = 1.0 + i * 1e-7
-    timing = Timing(ms, ms, ms, ms, ms, (ms,))
-    measured = store.add_measurement(env, problem, config, "h", Measurement(timing, 1.0, 0.0), "victim")
-    store.add_energy(measured, window)
-    store.add_failure(env, problem, config, "h", Failure("fault", str(i)), "victim")
-"""
-
-
-@pytest.fixture(scope="session")
-def postgres(pytestconfig):
-    reason = postgres_missing()
-    if reason:
-        pytest.skip(reason)
-    return server_for(pytestconfig)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -106,16 +48,16 @@ def _count(url: str, model) -> int:
         return session.scalar(select(func.count()).select_from(model))
 
 
-def _python(code: str, *args: str, **options) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=CHILD_ENV, **options)
-
-
-def test_eight_processes_write_500_results_each_to_a_fresh_database(fresh_url):
-    procs, count = 8, 500
-    children = [_python(WRITER, fresh_url, str(proc), str(count), stderr=subprocess.PIPE, text=True)
-                for proc in range(procs)]
-    errors = [child.communicate(timeout=120)[1] for child in children]
-    assert [child.returncode for child in children] == [0] * procs, errors
+def test_eight_processes_write_100_results_each_to_a_fresh_database(fresh_url):
+    procs, count = 8, 100
+    context = processes()
+    start = context.Barrier(procs)  # every writer opens the fresh database at the same moment
+    children = [context.Process(target=write, args=(fresh_url, proc, count, start)) for proc in range(procs)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+    assert [child.exitcode for child in children] == [0] * procs  # a writer's traceback is in the captured stderr
 
     with ResultStore(fresh_url) as store, store.session() as session:
         total = session.scalar(select(func.count()).select_from(Measurement))
@@ -134,11 +76,17 @@ def test_eight_processes_write_500_results_each_to_a_fresh_database(fresh_url):
 
 
 def test_concurrent_imports_of_one_file_add_each_row_once(fresh_url):
-    children = [subprocess.Popen([sys.executable, "-m", "autotune", "results", "import", str(RESULTS),
-                                  "--db", fresh_url], env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(4)]
-    outputs = [child.communicate(timeout=120) for child in children]
-    assert [child.returncode for child in children] == [0] * 4, [err for _, err in outputs]
+    context = processes()
+    pipes = [context.Pipe(duplex=False) for _ in range(4)]
+    command = ["results", "import", str(RESULTS), "--db", fresh_url]
+    children = [context.Process(target=autotune_command, args=(command, sent)) for _, sent in pipes]
+    for child in children:
+        child.start()
+    answers = [received.recv() if received.poll(120) else (None, "", "no answer") for received, _ in pipes]
+    for child in children:
+        child.join(60)
+    assert [code for code, _, _ in answers] == [0] * 4, [err for _, _, err in answers]
+    outputs = [(out, err) for _, out, err in answers]
     lines = len(RESULTS.read_text().splitlines())
     added = [int(out.split(": ")[1].split(" measurements added")[0]) for out, _ in outputs]
     assert sum(added) == lines and sorted(added)[:3] == [0, 0, 0]  # one import added them, the others found them
@@ -158,38 +106,30 @@ def _integrity_problems(path: Path) -> list[str]:
 def test_kill_9_at_any_moment_leaves_a_database_that_opens(tmp_path):
     rounds, per_round = 10, 2
     rng = random.Random(20261202)
-    spare = [_python(VICTIM, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(per_round * 2)]
+    context = processes()
     killed_while_opening = 0
     for number in range(rounds):
         path = tmp_path / f"killed{number}.db"
-        victims = [spare.pop(0) for _ in range(per_round)]
-        spare += [_python(VICTIM, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                  for _ in range(per_round if number < rounds - 2 else 0)]
-        for victim in victims:
-            assert victim.stdout.readline().strip() == "ready"
-        for victim in victims:
-            victim.stdin.write(f"sqlite:///{path}\n")
-            victim.stdin.flush()
+        opened = [context.RawValue("b", 0) for _ in range(per_round)]
+        victims = [context.Process(target=victim, args=(f"sqlite:///{path}", flag)) for flag in opened]
+        for process in victims:
+            process.start()
         writing = number % 2 == 1  # odd rounds: kill while writing; even rounds: mostly during the first open
         if writing:
-            for victim in victims:
-                assert victim.stdout.readline().strip() == "opened"
+            deadline = time.monotonic() + 120
+            while not all(flag.value for flag in opened) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert all(flag.value for flag in opened)
         time.sleep(rng.uniform(0.0, 0.3))
-        for victim in victims:
-            victim.kill()
-            victim.wait()
-            killed_while_opening += not writing and victim.stdout.read() == ""
-            victim.stdin.close()
-            victim.stdout.close()
+        for process, flag in zip(victims, opened):
+            process.kill()
+            process.join()
+            killed_while_opening += not writing and not flag.value
 
         with ResultStore(f"sqlite:///{path}") as store:  # opens: that is the point
             store.add_measurement(ENV, PROBLEM, None, None, measurement(1.0), "after the kill")
             assert store.measurement_count(ENV.gpu_key, PROBLEM, study="after the kill") == 1
         assert _integrity_problems(path) == []
-    for child in spare:
-        child.kill()
-        child.wait()
     assert killed_while_opening > 0  # some kills did land during the first open
 
 
@@ -261,8 +201,7 @@ def test_read_only_commands_refuse_a_sqlite_file_of_something_else(tmp_path, com
         connection.execute("INSERT INTO notes (body) VALUES ('buy milk')")
     connection.close()
     before = _sha256(path)
-    done = subprocess.run([sys.executable, "-m", "autotune", *command, "--db", f"sqlite:///{path}"], env=CHILD_ENV,
-                          capture_output=True, text=True, timeout=120)
+    done = autotune(*command, "--db", f"sqlite:///{path}")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"autotune: error: cannot open database 'sqlite:///{path}': not an autotune results database (it holds "
@@ -339,8 +278,7 @@ def test_a_password_is_never_shown(tmp_path, monkeypatch):
     assert str(info.value).startswith("cannot open database 'postgresql://tuner:***@db.example:no-port/results': ")
     monkeypatch.setenv("AUTOTUNE_DB", url)
     assert default_url() == url  # a URL in AUTOTUNE_DB is a URL, not a file name
-    done = subprocess.run([sys.executable, "-m", "autotune", "results", "import", str(RESULTS)],
-                          env={**CHILD_ENV, "AUTOTUNE_DB": url}, capture_output=True, text=True, timeout=120)
+    done = autotune("results", "import", RESULTS, env={"AUTOTUNE_DB": url})
     assert done.returncode == 2 and "hunter2" not in done.stderr + done.stdout and "tuner:***@" in done.stderr
 
 

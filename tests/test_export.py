@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from test_cli import assert_one_line_error, autotune
+from conftest import assert_one_line_error, autotune
 
 from autotune.errors import SpaceError
 from autotune.expression import SizeExpression

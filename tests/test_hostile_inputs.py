@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cpu_seconds
 from test_cli import ROOT, assert_one_line_error, autotune
 
 from autotune.data_files import data_dir
@@ -175,10 +176,10 @@ def test_template_arithmetic_is_bounded(tmp_path, expression):
     path = write_space(folder, space_text())
     (folder / "mine.cu.j2").write_text(expression + "\n")
     space = SearchSpace(path)
-    started = time.monotonic()
+    started = cpu_seconds()
     with pytest.raises(SpaceError, match="too"):
         render(space, space.config({"A": 1}), H200)
-    assert time.monotonic() - started < 5
+    assert cpu_seconds() - started < 5
 
 
 def test_the_space_command_refuses_a_planted_template_in_one_line(tmp_path):
@@ -230,10 +231,10 @@ def test_a_reason_fills_in_values_and_gpu_fields(tmp_path):
 ])
 def test_expressions_are_bounded_at_load(tmp_path, expression, fragment):
     text = space_text(knobs="A = [1, 2]\nB = [3]") + f'[derived]\nD = "{expression}"\n'
-    started = time.monotonic()
+    started = cpu_seconds()
     with pytest.raises(SpaceError, match=fragment):
         SearchSpace(write_space(tmp_path, text))
-    assert time.monotonic() - started < 1
+    assert cpu_seconds() - started < 1
 
 
 def test_values_that_outgrow_64_bits_are_an_error_not_a_hang(tmp_path):

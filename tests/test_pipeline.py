@@ -11,30 +11,35 @@ from pathlib import Path
 from autotune.search.lanes import GpuLane
 
 
-def test_begin_returns_at_once_and_the_environment_waits_for_the_worker():
+def test_begin_returns_at_once_and_the_environment_waits_for_the_worker(tmp_path, monkeypatch):
+    from test_worker import GatedBackend
+
     from autotune.gpu.worker import GpuWorker
 
-    worker = GpuWorker(backend="fake")
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("AUTOTUNE_TEST_GATE", str(gate))
+    worker = GpuWorker(backend=GatedBackend, start_timeout_s=120)  # says hello only once the gate opens
     try:
-        started = time.monotonic()
         worker.begin()
         worker.begin()  # still starting: not a second child
-        assert time.monotonic() - started < 1.0 and worker.pid is not None
+        assert worker.pid is not None  # begin() returned while the child could not have said hello
         first = worker.pid
+        gate.touch()
         assert worker.environment().gpu_key == "h200-fake"  # the fake GPU is kept apart from a real H200
         assert worker.pid == first and worker.restarts == 0
     finally:
+        gate.touch()
         worker.close()
     assert worker.pid is None
 
 
 class Recorder:
-    """A stand-in worker: each job appends its tag; the first job waits until released."""
+    """A stand-in worker: each job appends its tag; the first job says it started, then waits until released."""
 
     device = 7
 
     def __init__(self):
-        self.ran, self.release = [], threading.Event()
+        self.ran, self.started, self.release = [], threading.Event(), threading.Event()
 
 
 def test_a_lane_runs_jobs_in_order_and_gives_back_those_not_started():
@@ -45,19 +50,20 @@ def test_a_lane_runs_jobs_in_order_and_gives_back_those_not_started():
     def job(tag):
         def run(w):
             if tag == "first":
-                w.release.wait(10)
+                w.started.set()
+                w.release.wait(60)
             w.ran.append(tag)
             return tag.upper()
         return run
 
     for tag in ("first", "second", "third", "fourth"):
         lane.submit(tag, job(tag))
-    time.sleep(0.1)  # "first" is running, the others wait
+    assert worker.started.wait(60)  # "first" is running, the others wait
     assert lane.cancel_waiting(lambda tag: tag in ("third", "fourth")) == ["third", "fourth"]
     assert lane.queued == 2 and lane.device == 7
     worker.release.set()
-    results = [events.get(timeout=10) for _ in range(2)]
-    lane.stop(timeout_s=10)
+    results = [events.get(timeout=60) for _ in range(2)]
+    lane.stop(timeout_s=60)
     assert [(tag, result) for _, tag, result in results] == [("first", "FIRST"), ("second", "SECOND")]
     assert worker.ran == ["first", "second"]
 
@@ -66,8 +72,8 @@ def test_a_failing_job_hands_its_exception_to_the_search():
     events = queue.Queue()
     lane = GpuLane(1, Recorder(), events)
     lane.submit("bad", lambda worker: 1 / 0)
-    _, tag, result = events.get(timeout=10)
-    lane.stop(timeout_s=10)
+    _, tag, result = events.get(timeout=60)
+    lane.stop(timeout_s=60)
     assert tag == "bad" and isinstance(result, ZeroDivisionError)
 
 
@@ -92,7 +98,7 @@ def test_a_compile_pool_stopped_without_waiting_ends_its_processes():
     pids = [process.pid for process in pool._executor._processes.values()]
     started = time.monotonic()
     pool.close(wait=False)
-    while not all(_ended(pid) for pid in pids) and time.monotonic() - started < 10:
+    while not all(_ended(pid) for pid in pids) and time.monotonic() - started < 60:  # at once, unless loaded
         time.sleep(0.05)
     assert pids and all(_ended(pid) for pid in pids)  # the minute-long compile was not waited for
 

@@ -1,7 +1,7 @@
 import sys
 
 import pytest
-from test_cli import assert_one_line_error, autotune
+from conftest import assert_one_line_error, autotune
 from test_select import HELD, _held_out_fixture
 
 from autotune.results import ResultStore

@@ -14,7 +14,6 @@ import pytest
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL driver (psycopg, in the test extra) is not installed")
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from postgres_server import missing, server_for
 from results_data import ENV, PROBLEM, fill, measurement, snapshot, window
 
 from autotune.errors import DatabaseError
@@ -25,14 +24,6 @@ from autotune.results.models import VERSION_TABLE, Base
 from autotune.space.family import Config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "tuned_db" / "h200.jsonl"
-
-
-@pytest.fixture(scope="session")
-def postgres(pytestconfig):
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    return server_for(pytestconfig)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from autotune.gpu import power as power_module
 from autotune.gpu.energy import launches_per_batch
 from autotune.gpu.power import NvmlPower, PowerUnavailable, idle_power, measure_window, throttle_mask
 from autotune.gpu.tasks import EnergyTask, KernelTask
@@ -20,6 +21,37 @@ REFRESH_S = 0.1  # the fake, like the H200, refreshes its power reading every 10
 SW_POWER_CAP, GPU_IDLE, APP_CLOCKS = 0x4, 0x1, 0x2
 
 
+class FakeClock:
+    """The time that :mod:`autotune.gpu.power` reads in a test: it passes only when a fake says so (a poll of
+    the fake NVML, a fake GPU batch), never with the machine's load. Whole microseconds, so sums are exact."""
+
+    def __init__(self):
+        self.microseconds = 0
+
+    def __call__(self) -> float:
+        return self.microseconds / 1e6
+
+    def advance(self, seconds: float) -> None:
+        self.microseconds += round(seconds * 1e6)
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep`` for the code under test: the machine's time, and then, where polls move the clock,
+        until they have moved it by ``seconds`` (however slow the sampling thread is under load)."""
+        start = self()
+        time.sleep(seconds)
+        deadline = time.monotonic() + 60
+        while start < self() < start + seconds and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    """A :class:`FakeClock` that ``autotune.gpu.power`` reads instead of ``time.perf_counter``."""
+    fake = FakeClock()
+    monkeypatch.setattr(power_module, "time", types.SimpleNamespace(perf_counter=fake, sleep=fake.sleep))
+    return fake
+
+
 class FakeNvmlError(Exception):
     pass
 
@@ -28,7 +60,10 @@ class FakeNvml:
     """The part of pynvml that NvmlPower uses, with power scripted over time.
 
     Power follows ``watts`` (cycled), one value per 100 ms refresh from creation;
-    the energy counter (mJ) is the exact integral of that power.
+    the energy counter (mJ) is the exact integral of that power. Its time is the machine's,
+    or ``clock`` (a :class:`FakeClock`); with ``poll_s`` each power reading (a poll of the
+    sampling thread) first moves that clock on by ``poll_s``, so every refresh gets the same
+    number of polls and a change of the counter is seen at the very poll it happens.
     """
 
     NVMLError = FakeNvmlError
@@ -43,20 +78,30 @@ class FakeNvml:
     nvmlClocksEventReasonHwThermalSlowdown = 0x40
     nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 
-    def __init__(self, watts=(550.0, 650.0), reasons=0, clocks=(1980, 1755), energy=True, counter_ticks=False):
+    def __init__(self, watts=(550.0, 650.0), reasons=0, clocks=(1980, 1755), energy=True, counter_ticks=False,
+                 clock=None, poll_s=None):
         self.watts, self.reasons, self.clocks, self.energy = tuple(watts), reasons, tuple(clocks), energy
         self.counter_ticks = counter_ticks  # the counter moves only at each 100 ms refresh, as on the H200
-        self.start = time.perf_counter()
+        self.clock, self.poll_s = clock or time.perf_counter, poll_s
+        self.start = self.clock()
         self.opened = None
         self.clock_calls = 0
 
+    def _elapsed_s(self) -> float:
+        return self.clock() - self.start
+
+    def _refreshes(self, elapsed: float) -> int:
+        return int(round(elapsed * 1e6) // round(REFRESH_S * 1e6))  # whole microseconds: no 0.3 / 0.1 = 2.9999
+
     def _power_w(self) -> float:
-        return self.watts[int((time.perf_counter() - self.start) / REFRESH_S) % len(self.watts)]
+        if self.poll_s is not None:
+            self.clock.advance(self.poll_s)
+        return self.watts[self._refreshes(self._elapsed_s()) % len(self.watts)]
 
     def _energy_j(self) -> float:
-        elapsed = time.perf_counter() - self.start
-        steps, rest = divmod(elapsed, REFRESH_S)
-        steps = int(steps)
+        elapsed = self._elapsed_s()
+        steps = self._refreshes(elapsed)
+        rest = elapsed - steps * REFRESH_S
         if self.counter_ticks:
             rest = 0.0
         done = sum(self.watts[i % len(self.watts)] for i in range(steps)) * REFRESH_S
@@ -124,15 +169,19 @@ class OldNamesNvml(FakeNvml):
 
 
 class Batches:
-    """``run_batch``: sleeps like a 20 ms GPU batch of ``per_batch`` GEMMs and counts."""
+    """``run_batch``: a 20 ms GPU batch of ``per_batch`` GEMMs, counted; it sleeps that long, or with ``clock``
+    moves that clock on by as much."""
 
-    def __init__(self, per_batch=5, batch_s=0.02):
-        self.per_batch, self.batch_s = per_batch, batch_s
+    def __init__(self, per_batch=5, batch_s=0.02, clock=None):
+        self.per_batch, self.batch_s, self.clock = per_batch, batch_s, clock
         self.counts: list[int] = []
         self.synchronized = 0
 
     def __call__(self) -> int:
-        time.sleep(self.batch_s)
+        if self.clock is None:
+            time.sleep(self.batch_s)
+        else:
+            self.clock.advance(self.batch_s)
         self.counts.append(self.per_batch)
         return self.per_batch
 
@@ -141,11 +190,17 @@ class Batches:
 
 
 def _window(nvml, seconds=0.5, batches=None, **kwargs) -> tuple[EnergyWindow, Batches, float]:
+    """The window, its batches, and the time it took on the clock the code under test reads."""
     batches = batches or Batches()
     power = NvmlPower("0000:19:00.0", nvml=nvml)
-    started = time.perf_counter()
+    started = power_module.time.perf_counter()
     window = measure_window(batches, power, seconds=seconds, synchronize=batches.synchronize, **kwargs)
-    return window, batches, time.perf_counter() - started
+    return window, batches, power_module.time.perf_counter() - started
+
+
+def polled(clock, **kwargs) -> FakeNvml:
+    """A fake NVML whose time passes 10 ms per poll of the sampling thread (its period)."""
+    return FakeNvml(clock=clock, poll_s=0.01, **kwargs)
 
 
 # -- NvmlPower ---------------------------------------------------------------------------
@@ -209,8 +264,8 @@ def test_unopenable_device_is_power_unavailable():
 # -- measure_window ------------------------------------------------------------------------
 
 
-def test_window_mean_power_and_counter_energy_per_gemm():
-    window, batches, wall = _window(FakeNvml(watts=(550.0, 650.0)), seconds=0.5)
+def test_window_mean_power_and_counter_energy_per_gemm(clock):
+    window, batches, wall = _window(polled(clock, watts=(550.0, 650.0)), seconds=0.5)
     assert window.mean_power_w == pytest.approx(600.0, rel=0.03)  # 5 refreshes of 550/650 in 0.5 s
     assert window.launches == sum(batches.counts) and batches.synchronized == len(batches.counts)
     assert window.seconds >= 0.5 and wall >= window.seconds
@@ -223,43 +278,43 @@ def test_window_mean_power_and_counter_energy_per_gemm():
     assert window.gflop_per_joule(2e9) == pytest.approx(2.0 / window.energy_per_gemm_j)
 
 
-def test_counter_energy_is_taken_between_its_ticks():
+def test_counter_energy_is_taken_between_its_ticks(clock):
     """A counter that moves every 100 ms makes a 0.35 s delta up to 30% off; between ticks it is not."""
-    for _ in range(3):
-        window, _, _ = _window(FakeNvml(watts=(600.0,), counter_ticks=True), seconds=0.35)
-        assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.08)
+    window, _, _ = _window(polled(clock, watts=(600.0,), counter_ticks=True), seconds=0.35)
+    assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.08)
 
 
-def test_short_window_falls_back_to_the_counter_delta():
-    window, _, _ = _window(FakeNvml(watts=(600.0,)), seconds=0.05)
+def test_short_window_falls_back_to_the_counter_delta(clock):
+    window, _, _ = _window(polled(clock, watts=(600.0,)), seconds=0.05)
     assert window.energy_counter_j == pytest.approx(600.0 * window.seconds, rel=0.2)
 
 
-def test_power_cap_reason_sets_throttled():
-    window, _, _ = _window(FakeNvml(reasons=SW_POWER_CAP | GPU_IDLE), seconds=0.1)
+def test_power_cap_reason_sets_throttled(clock):
+    window, _, _ = _window(polled(clock, reasons=SW_POWER_CAP | GPU_IDLE), seconds=0.1)
     assert window.throttled and window.throttle_reasons == SW_POWER_CAP | GPU_IDLE
 
 
 @pytest.mark.parametrize("reasons", [0, GPU_IDLE, GPU_IDLE | APP_CLOCKS])
-def test_idle_or_clock_setting_reasons_are_not_throttling(reasons):
-    window, _, _ = _window(FakeNvml(reasons=reasons), seconds=0.1)
+def test_idle_or_clock_setting_reasons_are_not_throttling(clock, reasons):
+    window, _, _ = _window(polled(clock, reasons=reasons), seconds=0.1)
     assert not window.throttled and window.throttle_reasons == reasons
 
 
-def test_window_lasts_at_least_seconds_even_with_long_batches():
-    window, batches, wall = _window(FakeNvml(), seconds=0.25, batches=Batches(per_batch=3, batch_s=0.1))
+def test_window_lasts_at_least_seconds_even_with_long_batches(clock):
+    batches = Batches(per_batch=3, batch_s=0.1, clock=clock)  # the batches are what takes time
+    window, batches, wall = _window(FakeNvml(clock=clock), seconds=0.25, batches=batches)
     assert window.seconds >= 0.25 and len(batches.counts) == 3 and window.launches == 9
 
 
-def test_warmup_batches_are_not_counted():
-    batches = Batches(per_batch=2)
-    window, _, wall = _window(FakeNvml(), seconds=0.2, batches=batches, warmup_s=0.1)
+def test_warmup_batches_are_not_counted(clock):
+    batches = Batches(per_batch=2, clock=clock)
+    window, _, wall = _window(FakeNvml(clock=clock), seconds=0.2, batches=batches, warmup_s=0.1)
     assert window.launches < sum(batches.counts) and wall >= 0.3
     assert window.seconds < wall
 
 
-def test_missing_energy_counter_gives_none():
-    window, _, _ = _window(FakeNvml(energy=False), seconds=0.1)
+def test_missing_energy_counter_gives_none(clock):
+    window, _, _ = _window(polled(clock, energy=False), seconds=0.1)
     assert window.energy_counter_j is None and window.energy_per_gemm_counter_j is None
     assert window.energy_per_gemm_j > 0
     with pytest.raises(ValueError, match="energy-counter"):
@@ -274,15 +329,15 @@ def test_a_window_needs_launches_and_time():
         measure_window(Batches(), power, seconds=0)
 
 
-def test_idle_power_is_the_mean_of_idle_readings():
-    power = NvmlPower(nvml=FakeNvml(watts=(120.0, 130.0)))
+def test_idle_power_is_the_mean_of_idle_readings(clock):
+    power = NvmlPower(nvml=polled(clock, watts=(120.0, 130.0)))
     started = time.perf_counter()
     assert idle_power(power, seconds=0.4, settle_s=0.05) == pytest.approx(125.0, rel=0.02)
     assert time.perf_counter() - started >= 0.45
 
 
-def test_idle_baseline_is_recorded_with_the_window():
-    window, _, _ = _window(FakeNvml(), seconds=0.05, idle_w=123.0)
+def test_idle_baseline_is_recorded_with_the_window(clock):
+    window, _, _ = _window(polled(clock), seconds=0.05, idle_w=123.0)
     assert window.idle_power_w == 123.0
 
 

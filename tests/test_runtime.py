@@ -31,12 +31,12 @@ def small_table(arch: str = "sm_90") -> KernelTable:
 
 
 def whole_tiles_table() -> KernelTable:
-    """One f32 kernel tuned at 4096^3, built for whole 128x256 tiles, and its build for any shape."""
+    """One f32 kernel tuned at 2048x4096x64, built for whole 128x256 tiles, and its build for any shape."""
     whole = kernel("whole", 128)
     whole = TableKernel(name="whole", family="sgemm", params={}, template_hash="0" * 16, any_shape="any",
                         launch=LaunchContract(**{**whole.launch.__dict__, "grid": ("cdiv(N, 256)", "cdiv(M, 128)", "1"),
                                                  "serves": "M % 128 + N % 256 + K % 4 == 0"}))
-    rules = (TableRule(4096, 4096, 4096, "whole", ms=2.7, cublas_ms=3.0, measured_on="NVIDIA H200"),)
+    rules = (TableRule(2048, 4096, 64, "whole", ms=2.7, cublas_ms=3.0, measured_on="NVIDIA H200"),)
     return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
                        dtypes={"f32": DtypeTable((kernel("any", 128), whole), rules)})
 
@@ -69,10 +69,10 @@ def test_a_kernel_built_for_whole_tiles_runs_its_build_for_any_shape_elsewhere(t
     path = tmp_path / "t.json"
     whole_tiles_table().write(path, with_cubins=False)
     rt = Runtime(device, (read_table(path), "test table"))
-    a, b = matrices(2048, 4096, 2048)
+    a, b = matrices(2048, 4096, 64)  # whole tiles
     assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
     assert device.calls[-1] == ("kernel", "whole", (16, 16, 1))
-    for m, n, k in ((2100, 4096, 2048), (2048, 4000, 2048), (2048, 4096, 2050)):
+    for m, n, k in ((2100, 4096, 64), (2048, 4000, 64), (2048, 4096, 66)):
         a, b = matrices(m, n, k)
         assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
         assert device.calls[-1][:2] == ("kernel", "any"), (m, n, k)
@@ -226,10 +226,19 @@ def test_shipped_results_serve_h200_and_same_architecture_h100():
     assert a100.table is None
 
 
-def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch):
+def _share_the_sessions_builds(cache, session_cache) -> None:
+    """In a cache folder of a test's own, the compiled kernels and the imported shipped results are the
+    session's (built once, by whichever test needs them first); its tables are its own."""
+    for shared in ("cubins", "shipped"):
+        (session_cache / shared).mkdir(parents=True, exist_ok=True)
+        (cache / shared).symlink_to(session_cache / shared, target_is_directory=True)
+
+
+def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monkeypatch, session_cache):
     """Where the prebuilt table is not current (tests/test_prebuilt.py), the shipped results' table is built."""
     from autotune.runtime import sources
 
+    _share_the_sessions_builds(tmp_path, session_cache)
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
     monkeypatch.setenv("AUTOTUNE_DB", f"sqlite:///{tmp_path}/absent/none.db")  # no user database
     monkeypatch.setattr(sources, "shipped_table", lambda key, arch: None)  # no current prebuilt table

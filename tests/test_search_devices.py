@@ -1,20 +1,10 @@
 """`autotune search --device/--workers` with the fake GPU backend."""
 
 import collections
-import os
-import subprocess
-import sys
 
 import optuna
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def autotune(*args):
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=600,
-                          env=env)
+from conftest import autotune
 
 
 def test_two_workers_on_devices_from_device_on(tmp_path):

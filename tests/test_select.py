@@ -2,7 +2,7 @@ import dataclasses
 import json
 
 import pytest
-from test_cli import assert_one_line_error, autotune
+from conftest import assert_one_line_error, autotune
 
 from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem

@@ -3,16 +3,15 @@
 import collections
 import dataclasses
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import pytest
 import sqlalchemy
+from conftest import autotune, autotune_process
 
 from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
@@ -24,19 +23,10 @@ from autotune.search.sweep import Sweep, SweepProgress, SweepSettings, warm_star
 from autotune.space.family import SearchSpace
 
 HERE = Path(__file__).parent
-ROOT = HERE.parent
 TINY = HERE / "data" / "tiny.toml"  # kernels that compile in a fraction of a second
 KEY = "h200-fake"
 GPU = dataclasses.replace(gpu_spec("h200"), key=KEY)  # what the CLI searches the fake GPU as
 ENV = Environment(KEY, "NVIDIA H200 (fake)", "sm_90-fake", "0.0 (fake)", "0.0", "0.0", "none")
-
-
-def autotune(*args, **popen):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "autotune", *args]
-    if popen:
-        return subprocess.Popen(command, env=env, text=True, **popen)
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
 def sweep_args(shapes: Path, db: str, trials: int, top: int) -> list[str]:
@@ -206,8 +196,8 @@ def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):
     url = f"sqlite:///{tmp_path}/results.db"
     shapes = shape_file(tmp_path, "64x64x64", "128x64x64", "64x128x32")
     args = sweep_args(shapes, url, trials=8, top=0)
-    process = autotune(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    process = autotune_process(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     deadline = time.monotonic() + 120
     for line in process.stderr:  # the first shape's line: the second shape's search starts
         assert time.monotonic() < deadline, "no progress line"

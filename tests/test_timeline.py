@@ -2,7 +2,7 @@
 
 import json
 
-from test_cli import assert_one_line_error, autotune
+from conftest import assert_one_line_error, autotune
 
 from autotune.search.timeline import COMPILE, SEARCH, Timeline
 

@@ -2,12 +2,10 @@
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import autotune
 from results_data import ENV, PROBLEM, fill, snapshot
 
 from autotune.data_files import data_dir
@@ -307,28 +305,23 @@ def test_failures_keep_their_class_and_message(tmp_path):
         ("crash", "cuBLAS worker died"), ("timeout", "no answer in 10 s"), ("wrong_answer", "max error 3.5 > 1")]
 
 
-def _autotune(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-
-
 def test_cli_import_shipped_export_and_a_bad_file(tmp_path):
     db = f"sqlite:///{tmp_path / 'results.db'}"
-    first = _autotune("results", "import", "--shipped", "--db", db, cwd=tmp_path)
+    first = autotune("results", "import", "--shipped", "--db", db, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     count = len(SHIPPED.read_text().splitlines())
     assert f"h200.jsonl: {count} measurements added, 0 already present" in first.stdout
-    second = _autotune("results", "import", "--shipped", "--db", db, cwd=tmp_path)
+    second = autotune("results", "import", "--shipped", "--db", db, cwd=tmp_path)
     assert f"h200.jsonl: 0 measurements added, {count} already present" in second.stdout
 
-    exported = _autotune("results", "export", "--gpu", "h200", "--db", db, "--per-problem", "1", cwd=tmp_path)
+    exported = autotune("results", "export", "--gpu", "h200", "--db", db, "--per-problem", "1", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr
     assert "left out by --per-problem 1:" in exported.stderr
 
     bad_line = _v1_line()
     bad_line["problem"]["alpha"] = "not a number"
     bad = _write(tmp_path / "bad.jsonl", [bad_line])
-    refused = _autotune("results", "import", str(bad), "--db", db, cwd=tmp_path)
+    refused = autotune("results", "import", str(bad), "--db", db, cwd=tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         f"autotune: error: {bad} line 1: invalid problem.alpha 'not a number': expected a finite number"]

@@ -28,7 +28,7 @@ from autotune.problem import GemmProblem
 from autotune.records import Failure, Measurement, Resources
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-SLACK_S = 5.0  # kill + join of a sleeping child, generously
+SLACK_S = 30.0  # kill + join of a sleeping child on a loaded machine; still far from the 60 s it sleeps
 
 
 @pytest.fixture
@@ -122,6 +122,16 @@ class SlowToStartBackend(FakeBackend):
 
     def __init__(self, device: int = 0):
         time.sleep(60)
+        super().__init__(device)
+
+
+class GatedBackend(FakeBackend):
+    """The fake GPU, starting only once the file named by ``$AUTOTUNE_TEST_GATE`` exists."""
+
+    def __init__(self, device: int = 0):
+        gate, deadline = pathlib.Path(os.environ["AUTOTUNE_TEST_GATE"]), time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         super().__init__(device)
 
 

@@ -95,9 +95,10 @@ class SweepLine:
     """The sweep's progress line on stderr (redrawn in place on a terminal; elsewhere, a line every
     ``every_s`` seconds and at the end), and a line per finished shape above it."""
 
-    def __init__(self, stream: TextIO = sys.stderr, every_s: float = 10.0):
-        self.stream, self.every_s = stream, every_s
-        self.interactive = stream.isatty()
+    def __init__(self, stream: TextIO | None = None, every_s: float = 10.0):
+        self.stream = stream if stream is not None else sys.stderr  # the stderr of the moment, not of the import
+        self.every_s = every_s
+        self.interactive = self.stream.isatty()
         self._shown = ""
         self._last_printed: tuple[int, float] | None = None  # (evaluations, time.monotonic()) of the last line
 

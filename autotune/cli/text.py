@@ -59,9 +59,10 @@ def ratio_text(kernel_ms: float | None, cublas_ms: float | None) -> str:
 class ProgressLine:
     """One status line, redrawn in place on a terminal, printed every few trials elsewhere."""
 
-    def __init__(self, stream: TextIO = sys.stderr, every: int = 10):
-        self.stream, self.every = stream, every
-        self.interactive = stream.isatty()
+    def __init__(self, stream: TextIO | None = None, every: int = 10):
+        self.stream = stream if stream is not None else sys.stderr  # the stderr of the moment, not of the import
+        self.every = every
+        self.interactive = self.stream.isatty()
         self._last_printed = -1
 
     def __call__(self, progress: Progress) -> None:
