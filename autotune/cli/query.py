@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
     require_positive("--limit", args.limit)
     if args.objective not in ("time", "energy", "pareto"):
         raise InputError("--objective", args.objective, "time, energy or pareto")
-    store = open_store(args.db, read_only=True)
+    with open_store(args.db, read_only=True) as store:
+        return _answer(store, gpu, problem, args)
+
+
+def _answer(store, gpu: GpuSpec | None, problem: GemmProblem, args: argparse.Namespace) -> int:
+    """Print the best configs (or energy rows) ``args`` asks for, from ``store``."""
     if args.objective != "time":
         if gpu is None:
             raise InputError("--arch", args.arch, "--gpu NAME with --objective energy or pareto")
