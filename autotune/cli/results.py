@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, open_store, require_positive
+from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable
 from autotune.data_files import shipped_results
 from autotune.errors import InputError
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("results import", "(no files)",
                          "one or more tuned-results files, e.g. tuned_db/h200.jsonl, or --shipped")
     with open_store(args.db) as store:
-        for report in tuned.import_files(store, paths):
+        with TerminalProgress() as progress:
+            reports = tuned.import_files(store, paths, progress)
+        for report in reports:
             print(printable(f"{report.path}: {report.measurements_added} measurements added, "
                             f"{report.measurements_present} already present; {report.energy_windows_added} energy "
                             f"windows and {report.failures_added} failures added, {report.failures_present} already "
