@@ -8,9 +8,9 @@ import dataclasses
 import json
 import os
 
-from autotune.cli.arguments import add_problem_arguments, offline_gpu
+from autotune.cli.arguments import add_problem_arguments, add_wide_argument, offline_gpu
 from autotune.cli.progress import TerminalProgress
-from autotune.cli.text import table
+from autotune.cli.text import paragraph, table, terminal_width
 from autotune.errors import InputError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem, make_problem
@@ -32,6 +32,7 @@ def register(sub) -> None:
     space.add_argument("--compile", default="24", metavar="N|all",
                        help="how many feasible configs to compile and report (default 24; seeds first)")
     space.add_argument("--json", action="store_true", help="machine-readable output")
+    add_wide_argument(space)
     space.set_defaults(run=run)
 
 
@@ -57,17 +58,21 @@ def run(args: argparse.Namespace) -> int:
         }, indent=2))
         return 0
 
-    print(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
-          f"{space.size} configs, {feasible} pass the static rules, {space.size - feasible} rejected")
+    width = terminal_width(args.wide)
+    print(paragraph(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
+                    f"{space.size} configs, {feasible} pass the static rules, {space.size - feasible} rejected",
+                    width))
     print("\nrejected (count, example reason):")
-    for example, n in rejected:
-        print(f"  {n:>7}  {example}")
+    print(table(["count", "example reason"], [[n, example] for example, n in rejected], width,
+                wrap=["example reason"]))
     ok = sum(1 for row in compiled if row["status"] == "ok")
-    print(f"\ncompiled {len(compiled)} of {feasible} feasible configs for {space.target(gpu)} "
-          f"({ok} fit; --compile N or all for more):")
+    print()
+    print(paragraph(f"compiled {len(compiled)} of {feasible} feasible configs for {space.target(gpu)} "
+                    f"({ok} fit; --compile N or all for more):", width))
     rows = [[row["config"], row["threads"], row["registers"], _kb(row["smem_bytes"]), row["spill_bytes"],
              row["status"]] for row in compiled]
-    print(table(["config", "threads", "regs", "smem KB", "spills B", "status"], rows))
+    print(table(["config", "threads", "regs", "smem KB", "spills B", "status"], rows, width,
+                wrap=["config", "status"]))
     return 0
 
 
