@@ -32,14 +32,19 @@ WITHOUT_A_GPU = ("without one, add --backend fake (an H200 played with made-up t
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="autotune", description="Autotune CUDA GEMM kernels per shape and GPU.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for command in COMMANDS:
         command.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error(f"a command is missing: {', '.join(command.__name__.rsplit('.', 1)[-1] for command in COMMANDS)}"
+                     " (`autotune --help` says what each does; `autotune results import --shipped` then "
+                     "`autotune table --gpu h200` is a start with no GPU)")
     try:
         if args.command not in GPU_COMMANDS and str(getattr(args, "gpu", None)).lower() == AUTO:
             args.gpu = offline_gpu(args.gpu).key

@@ -150,9 +150,23 @@ def no_results_hint(store) -> str:
         from autotune.data_files import shipped_results
 
         shipped = ", ".join(path.stem for path in shipped_results())
-        return (f"the database holds no results yet: `autotune results import --shipped` loads those that ship with "
-                f"autotune ({shipped}), or run a search")
+        missing = _missing_file(store.url)
+        where = f"there is no database file {missing} yet" if missing else "the database holds no results yet"
+        return (f"{where}: `autotune results import --shipped` loads those that ship with autotune ({shipped}), "
+                "or run a search")
     return "it holds results for " + ", ".join(f"{key} ({arch})" for key, _, arch in held)
+
+
+def _missing_file(url: str) -> str | None:
+    """The path of the SQLite file ``url`` names, where that file does not exist (a new database, or a typo)."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database if url.startswith("sqlite") else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return None if Path(database).exists() else database
 
 
 def require_positive(what: str, value: int | float | None) -> None:

@@ -13,6 +13,8 @@ from autotune.data_files import shipped_results
 from autotune.errors import InputError
 from autotune.gpu_specs import gpu_spec
 
+ACTIONS = ("export", "import")
+
 
 def register(sub) -> None:
     results = sub.add_parser(
@@ -20,7 +22,8 @@ def register(sub) -> None:
         epilog="example: autotune results import tuned_db/h200.jsonl (or --shipped); "
                "autotune results export --gpu h200 > h200.jsonl",
     )
-    results.add_argument("action", choices=["export", "import"])
+    results.add_argument("action", nargs="?", choices=ACTIONS, help="import files into the database, or export "
+                                                                   "a GPU's results as JSON lines")
     results.add_argument("files", nargs="*", help="import: tuned-results files")
     results.add_argument("--shipped", action="store_true",
                          help="import: the tuned results that ship with autotune (tuned_db/<gpu>.jsonl)")
@@ -33,8 +36,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from autotune.results import files as tuned
+
+    if args.action is None:
+        raise InputError("results", "(no action)", "import FILE... or import --shipped, or export --gpu NAME")
 
     if args.action == "export":
         if not args.gpu or args.files or args.shipped:

@@ -190,7 +190,8 @@ class ResultStore:
         try:
             return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s), self.read_only)
         except NoSuchModuleError as exc:
-            raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}'") from exc
+            known = "sqlite:///PATH or postgresql://user@host/db"
+            raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}' (expected {known})") from exc
         except ImportError as exc:
             raise DatabaseError(f"{cannot}: driver not installed ({self._reason(exc)})") from exc
         except (ValueError, TypeError) as exc:  # a query parameter the dialect cannot take: ?timeout=abc
@@ -658,6 +659,8 @@ def _sqlite_file_problem(url: URL, read_only: bool = False) -> str | None:
     path = Path(database)
     if not path.parent.is_dir():
         return f"directory '{path.parent}' does not exist"
+    if path.is_dir():
+        return "it is a directory: name a database file in it, e.g. results.db"
     if path.exists() and not os.access(path, os.R_OK):
         return "permission denied"
     if not path.exists() and not read_only and not os.access(path.parent, os.W_OK):
