@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, open_store, require_positive
+from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, no_results_hint, open_store, require_positive
 from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable
 from autotune.data_files import shipped_results
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         require_positive("--per-problem", args.per_problem)
         with open_store(args.db, read_only=True) as store:
             written = tuned.export(store, gpu.key, sys.stdout, args.per_problem)
-        print(_export_summary(written, gpu.key, args.per_problem), file=sys.stderr)
+            missing = "" if written.entries else f" ({no_results_hint(store)})"
+        print(printable(_export_summary(written, gpu.key, args.per_problem) + missing), file=sys.stderr)
         return 0
     if args.per_problem is not None or args.gpu:
         raise InputError("results import", "--per-problem" if args.per_problem is not None else "--gpu",
