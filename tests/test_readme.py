@@ -11,8 +11,11 @@ commands that need a GPU, install packages or build the C library are skipped wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import logging
 import re
 import shlex
 import subprocess
@@ -96,16 +99,16 @@ class Newcomer:
         self.folder = folder
         self.outcomes: dict[str, Outcome] = {}
 
-    def run_through(self, line: Line, capsys) -> Outcome:
+    def run_through(self, line: Line) -> Outcome:
         """Run the offline lines before ``line`` (of its document, and of the documents before it) that have not
         run yet, then ``line``; its outcome."""
         for earlier in LINES[:LINES.index(line) + 1]:
             if earlier.id not in self.outcomes and skip_reason(earlier) is None:
                 _expectation(earlier)  # nothing runs that nobody said what to expect of
-                self.outcomes[earlier.id] = self._run(earlier, capsys)
+                self.outcomes[earlier.id] = self._run(earlier)
         return self.outcomes[line.id]
 
-    def _run(self, line: Line, capsys) -> Outcome:
+    def _run(self, line: Line) -> Outcome:
         words = line.words
         if words[0] != "autotune":  # printf, python -c: a shell's job
             command = line.command.replace("python ", f"{shlex.quote(sys.executable)} ", 1)
@@ -115,15 +118,26 @@ class Newcomer:
         target = None
         if ">" in words:
             words, target = words[:words.index(">")], words[words.index(">") + 1]
-        capsys.readouterr()
-        try:
-            code = main(words[1:])
-        except SystemExit as stop:
-            code = stop.code
-        out, err = capsys.readouterr()
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(words[1:])
+            except SystemExit as stop:
+                code = stop.code
+        _handlers_back_to_stderr((out, err))
         if target is not None:
-            (self.folder / target).write_text(out)
-        return Outcome(code, out, err)
+            (self.folder / target).write_text(out.getvalue())
+        return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def _handlers_back_to_stderr(streams: tuple[io.StringIO, ...]) -> None:
+    """A logging handler a command set up while its output went to ``streams`` (Optuna's, on first use) writes
+    to stderr again, as in a fresh process."""
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    for handler in (handler for logger in loggers for handler in logger.handlers):
+        if isinstance(handler, logging.StreamHandler) and handler.stream in streams:
+            handler.setStream(sys.stderr)
 
 
 def _json_rows(outcome: Outcome) -> bool:
@@ -188,7 +202,7 @@ def test_the_documents_hold_commands_and_most_run_offline():
 
 
 @pytest.mark.parametrize("line", LINES, ids=[line.id for line in LINES])
-def test_a_documented_command_runs_as_written(line, in_the_folder, capsys):
+def test_a_documented_command_runs_as_written(line, in_the_folder):
     reason = skip_reason(line)
     if reason is not None:
         if line.words[0] == "autotune":  # its options exist, as written
@@ -196,7 +210,7 @@ def test_a_documented_command_runs_as_written(line, in_the_folder, capsys):
         pytest.skip(reason)
     if line.words[1:2] == ["plot"]:
         pytest.importorskip("matplotlib", reason="autotune plot needs the plot extra")
-    outcome = in_the_folder.run_through(line, capsys)
+    outcome = in_the_folder.run_through(line)
     assert outcome.code == 0, f"{line.id}: `{line.command}` exited {outcome.code}: {outcome.err.strip()}"
     assert _expectation(line)(outcome, in_the_folder.folder), \
         f"{line.id}: `{line.command}` printed:\n{outcome.out}\n{outcome.err}"
