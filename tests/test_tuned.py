@@ -12,7 +12,7 @@ from autotune.data_files import data_dir
 from autotune.errors import DatabaseError, InputError
 from autotune.gpu_specs import gpu_spec
 from autotune.records import Measurement, Resources, Timing
-from autotune.results import FailureEntry, ResultStore
+from autotune.results import FailureEntry, ResultStore, bulk
 from autotune.results import files as tuned
 from autotune.results import rows as rows_module
 from autotune.space.family import load_space
@@ -280,20 +280,21 @@ def test_an_import_with_a_bad_line_adds_nothing(tmp_path):
 
 def test_an_import_that_fails_in_the_database_adds_nothing(tmp_path, monkeypatch):
     store = _store(tmp_path, "results.db")
-    real = rows_module.put_measurement
+    real = rows_module.measurement_row
     calls = []
+    failing = bulk.BATCH + 3  # the first batch of rows is in the database by then
 
-    def fail_on_the_third(session, entry, key=None):
+    def fail_on_the_third_of_the_second_batch(entry, *args):
         calls.append(entry)
-        if len(calls) == 3:
+        if len(calls) == failing:
             raise DatabaseError("disk on fire")
-        return real(session, entry, key)
+        return real(entry, *args)
 
-    monkeypatch.setattr(rows_module, "put_measurement", fail_on_the_third)
+    monkeypatch.setattr(rows_module, "measurement_row", fail_on_the_third_of_the_second_batch)
     with pytest.raises(DatabaseError, match="disk on fire"):
         tuned.import_files(store, [SHIPPED])
     monkeypatch.undo()
-    assert len(calls) == 3
+    assert len(calls) == failing
     assert store.problems("h200", "f32") == [] and store.problems("h200", "f16") == []
 
 

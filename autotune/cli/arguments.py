@@ -117,6 +117,12 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
                                      "SQLite file path (default: $AUTOTUNE_DB, else see README)")
 
 
+def add_wide_argument(parser: argparse.ArgumentParser) -> None:
+    """--wide: tables and lines whole, however wide (by default they fit the terminal)."""
+    parser.add_argument("--wide", action="store_true",
+                        help="print every line whole (config names unwrapped) instead of fitting the terminal")
+
+
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
                         help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
@@ -134,6 +140,33 @@ def offline_gpu(name: str) -> GpuSpec:
     from autotune.gpu.detect import attached_gpu
 
     return attached_gpu()
+
+
+def no_results_hint(store) -> str:
+    """What to do where ``store`` lacks the results a command wanted: where it holds none at all, import the
+    shipped ones; else the GPUs it holds results for."""
+    held = store.gpus()
+    if not held:
+        from autotune.data_files import shipped_results
+
+        shipped = ", ".join(path.stem for path in shipped_results())
+        missing = _missing_file(store.url)
+        where = f"there is no database file {missing} yet" if missing else "the database holds no results yet"
+        return (f"{where}: `autotune results import --shipped` loads those that ship with autotune ({shipped}), "
+                "or run a search")
+    return "it holds results for " + ", ".join(f"{key} ({arch})" for key, _, arch in held)
+
+
+def _missing_file(url: str) -> str | None:
+    """The path of the SQLite file ``url`` names, where that file does not exist (a new database, or a typo)."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database if url.startswith("sqlite") else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return None if Path(database).exists() else database
 
 
 def require_positive(what: str, value: int | float | None) -> None:

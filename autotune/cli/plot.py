@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         from autotune.select.plot import PlotError
 
         raise PlotError(f"nothing to plot: no tuned {selection.dtype} results for {selection.gpu.key} "
-                        f"in {chosen.source}")
+                        f"in {chosen.source}" + (f"; {chosen.missing}" if chosen.missing else ""))
     title = f"{selection.gpu.key} {selection.dtype}, {len(selection.table.chosen)} kernels"
     paths = write_plots(selection, chosen.report, chosen.held_out_from != LEAVE_ONE_OUT,
                         Path(args.out), title, f"{selection.gpu.key}_{selection.dtype}")

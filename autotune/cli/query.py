@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 
 from autotune.cli.arguments import (
     MAX_ROWS,
     Integer,
     add_db_argument,
     add_problem_arguments,
+    add_wide_argument,
+    no_results_hint,
     offline_gpu,
     open_store,
     require_positive,
 )
-from autotune.cli.text import printable, ratio_text, table
+from autotune.cli.text import paragraph, printable, ratio_text, same_in_every_row, table, terminal_width
 from autotune.errors import InputError
 from autotune.gpu_specs import AUTO, GpuSpec, gpu_spec
 from autotune.problem import GemmProblem, make_problem
@@ -35,6 +38,7 @@ def register(sub) -> None:
     query.add_argument("--objective", default="time",
                        help="order by time (default) or energy, or show the pareto front of time and energy")
     query.add_argument("--json", action="store_true", help="machine-readable output")
+    add_wide_argument(query)
     query.set_defaults(run=run)
 
 
@@ -48,7 +52,12 @@ def run(args: argparse.Namespace) -> int:
     require_positive("--limit", args.limit)
     if args.objective not in ("time", "energy", "pareto"):
         raise InputError("--objective", args.objective, "time, energy or pareto")
-    store = open_store(args.db, read_only=True)
+    with open_store(args.db, read_only=True) as store:
+        return _answer(store, gpu, problem, args)
+
+
+def _answer(store, gpu: GpuSpec | None, problem: GemmProblem, args: argparse.Namespace) -> int:
+    """Print the best configs (or energy rows) ``args`` asks for, from ``store``."""
     if args.objective != "time":
         if gpu is None:
             raise InputError("--arch", args.arch, "--gpu NAME with --objective energy or pareto")
@@ -71,18 +80,37 @@ def run(args: argparse.Namespace) -> int:
             "same_architecture_stand_in": bool(stand_in),
         } for r in rows], indent=2))
         return 0
+    width = terminal_width(args.wide)
     if not rows:
-        print(printable(f"no results for {scope} {problem.shape} {problem.dtype} in {store.shown_url}"))
+        print(paragraph(f"no results for {scope} {problem.shape} {problem.dtype} in {store.shown_url}; "
+                        f"{_elsewhere(store, keys + stand_in, problem)}", width))
         return 0
     if stand_in:
-        print(printable(f"no results for {gpu.key} {problem.shape} {problem.dtype}; the nearest are those of "
-                        f"{', '.join(stand_in)} (same {arch}), marked *"))
-    print(printable(f"best configs for {scope} {problem.shape} {problem.dtype} ({store.shown_url}):"))
+        print(paragraph(f"no results for {gpu.key} {problem.shape} {problem.dtype}; the nearest are those of "
+                        f"{', '.join(stand_in)} (same {arch}), marked *", width))
+    print(paragraph(f"best configs for {scope} {problem.shape} {problem.dtype} ({store.shown_url}):", width))
     mark = "*" if stand_in else ""
-    print(table(["config", "gpu", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
-                [[r.config_name, r.gpu_name + mark, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms),
-                  r.driver, str(r.measured_at)[:19]] for r in rows]))
+    headers, cells, same = same_in_every_row(
+        ["config", "gpu", "ms", "TFLOP/s", "vs cuBLAS", "driver", "measured"],
+        [[r.config_name, r.gpu_name + mark, r.median_ms, r.tflops, ratio_text(r.median_ms, r.cublas_median_ms),
+          r.driver, str(r.measured_at)[:19]] for r in rows],
+        () if width is None else ("gpu", "driver"))  # fitting a terminal: what every row shares, said once
+    if same:
+        print(paragraph(f"all measured on {same}", width))
+    print(table(headers, cells, width, wrap=["config"]))
     return 0
+
+
+def _elsewhere(store, keys: list[str], problem: GemmProblem) -> str:
+    """Where the results a query found none of are: the shapes the GPUs ``keys`` have results for, or else
+    what the database holds."""
+    shapes = {p.shape: p for key in keys for p in store.problems(key, problem.dtype)}
+    if not shapes:
+        return no_results_hint(store)
+    nearest = sorted(shapes, key=lambda shape: abs(math.log(shapes[shape].m * shapes[shape].n * shapes[shape].k
+                                                            / (problem.m * problem.n * problem.k))))
+    return (f"{problem.dtype} results are there for {len(shapes)} other shapes, the nearest in size "
+            f"{', '.join(nearest[:3])} (autotune table --gpu {keys[0]} --dtype {problem.dtype} lists them all)")
 
 
 def _known_arch(arch: str) -> str:

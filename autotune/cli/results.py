@@ -6,11 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, open_store, require_positive
+from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, no_results_hint, open_store, require_positive
+from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable
 from autotune.data_files import shipped_results
 from autotune.errors import InputError
 from autotune.gpu_specs import gpu_spec
+
+ACTIONS = ("export", "import")
 
 
 def register(sub) -> None:
@@ -19,7 +22,8 @@ def register(sub) -> None:
         epilog="example: autotune results import tuned_db/h200.jsonl (or --shipped); "
                "autotune results export --gpu h200 > h200.jsonl",
     )
-    results.add_argument("action", choices=["export", "import"])
+    results.add_argument("action", nargs="?", choices=ACTIONS, help="import files into the database, or export "
+                                                                   "a GPU's results as JSON lines")
     results.add_argument("files", nargs="*", help="import: tuned-results files")
     results.add_argument("--shipped", action="store_true",
                          help="import: the tuned results that ship with autotune (tuned_db/<gpu>.jsonl)")
@@ -32,8 +36,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from autotune.results import files as tuned
+
+    if args.action is None:
+        raise InputError("results", "(no action)", "import FILE... or import --shipped, or export --gpu NAME")
 
     if args.action == "export":
         if not args.gpu or args.files or args.shipped:
@@ -43,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         require_positive("--per-problem", args.per_problem)
         with open_store(args.db, read_only=True) as store:
             written = tuned.export(store, gpu.key, sys.stdout, args.per_problem)
-        print(_export_summary(written, gpu.key, args.per_problem), file=sys.stderr)
+            missing = "" if written.entries else f" ({no_results_hint(store)})"
+        print(printable(_export_summary(written, gpu.key, args.per_problem) + missing), file=sys.stderr)
         return 0
     if args.per_problem is not None or args.gpu:
         raise InputError("results import", "--per-problem" if args.per_problem is not None else "--gpu",
@@ -53,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("results import", "(no files)",
                          "one or more tuned-results files, e.g. tuned_db/h200.jsonl, or --shipped")
     with open_store(args.db) as store:
-        for report in tuned.import_files(store, paths):
+        with TerminalProgress() as progress:
+            reports = tuned.import_files(store, paths, progress)
+        for report in reports:
             print(printable(f"{report.path}: {report.measurements_added} measurements added, "
                             f"{report.measurements_present} already present; {report.energy_windows_added} energy "
                             f"windows and {report.failures_added} failures added, {report.failures_present} already "

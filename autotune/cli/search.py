@@ -19,10 +19,11 @@ from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_problem_arguments,
+    add_wide_argument,
     requested_gpu,
     require_positive,
 )
-from autotune.cli.text import ProgressLine, ratio_text, table
+from autotune.cli.text import ProgressLine, paragraph, ratio_text, table, terminal_width
 from autotune.errors import InputError
 from autotune.gpu_specs import GPUS
 from autotune.problem import GemmProblem, make_problem
@@ -59,6 +60,7 @@ def register(sub) -> None:
                         help="write the search's timeline to FILE: a Chrome trace (open it in ui.perfetto.dev) "
                              "with a row for the search loop, each GPU and each compile process")
     add_backend_argument(search)
+    add_wide_argument(search)
     search.set_defaults(run=run)
 
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             progress.finish()
             if timeline is not None:
                 timeline.write(args.trace)
-    _print_result(result, problem, search.store.shown_url)
+    _print_result(result, problem, search.store.shown_url, terminal_width(args.wide))
     return 0
 
 
@@ -110,24 +112,25 @@ def _leave_the_heap_to_the_os_at_exit() -> None:
     atexit.register(gc.freeze)
 
 
-def _print_result(result, problem: GemmProblem, url: str) -> None:
+def _print_result(result, problem: GemmProblem, url: str, width: int | None = None) -> None:
     cublas_ms = result.cublas.timing.median_ms
     print(f"study {result.study_name}: {result.evaluated} configs evaluated on the GPU")
     if result.failures:
         print("failures: " + ", ".join(f"{name} {n}" for name, n in sorted(result.failures.items())))
     if result.screened or result.raced:
-        print(f"screened out by the static rules: {result.screened} sampled configs (never compiled); "
-              f"timing stopped early: {result.raced} clearly slower candidates")
+        print(paragraph(f"screened out by the static rules: {result.screened} sampled configs (never compiled); "
+                        f"timing stopped early: {result.raced} clearly slower candidates", width))
     if result.time_spent:
-        print(time_spent_text(result.time_spent))
+        print(paragraph(time_spent_text(result.time_spent), width))
     if result.best is None:
         print(f"no config verified; cuBLAS {cublas_ms:.4f} ms ({problem.tflops(cublas_ms):.1f} TFLOP/s)")
         return
     best_ms = result.best.timing.median_ms
     print(f"best: {result.best_config.name}")
-    print("  " + " ".join(f"{k}={v}" for k, v in result.best_config.params))
-    print(f"  {best_ms:.4f} ms, {result.best.tflops:.1f} TFLOP/s, {ratio_text(best_ms, cublas_ms)} cuBLAS "
-          f"({cublas_ms:.4f} ms, {problem.tflops(cublas_ms):.1f} TFLOP/s), measured side by side in this run")
+    print(paragraph(" ".join(f"{k}={v}" for k, v in result.best_config.params), width, indent="  "))
+    print(paragraph(f"{best_ms:.4f} ms, {result.best.tflops:.1f} TFLOP/s, {ratio_text(best_ms, cublas_ms)} cuBLAS "
+                    f"({cublas_ms:.4f} ms, {problem.tflops(cublas_ms):.1f} TFLOP/s), measured side by side in this run",
+                    width, indent="  "))
     if result.best_window and result.cublas_window:
         for label, window in (("best", result.best_window), ("cuBLAS", result.cublas_window)):
             print(f"  {label}: {_energy_text(window, problem)}")
@@ -135,7 +138,7 @@ def _print_result(result, problem: GemmProblem, url: str) -> None:
         print(f"time/energy front ({len(result.front)} points):")
         print(table(["config", "ms", "mJ", "W", "SM MHz", "throttled"],
                     [[p.config_name, p.ms, p.mj, p.window.mean_power_w, p.window.sm_clock_mhz_mean,
-                      "yes" if p.window.throttled else "no"] for p in result.front]))
+                      "yes" if p.window.throttled else "no"] for p in result.front], width, wrap=["config"]))
     print(f"results: {url}")
 
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
+import os
 
-from autotune.cli.arguments import add_problem_arguments, offline_gpu
-from autotune.cli.text import table
+from autotune.cli.arguments import add_problem_arguments, add_wide_argument, offline_gpu
+from autotune.cli.progress import TerminalProgress
+from autotune.cli.text import paragraph, table, terminal_width
 from autotune.errors import InputError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem, make_problem
+from autotune.progress import ProgressCallback, no_progress
 from autotune.search.start import choose_family
 from autotune.space.family import Config, SearchSpace
 from autotune.space.survey import survey
 
 MAX_COMPILE_ALL = 100_000  # the most feasible configs --compile all lists and compiles
+PICKING, COMPILING = "picking configs to compile", "compiling kernels"  # what the progress line says after checking
 
 
 def register(sub) -> None:
@@ -27,6 +32,7 @@ def register(sub) -> None:
     space.add_argument("--compile", default="24", metavar="N|all",
                        help="how many feasible configs to compile and report (default 24; seeds first)")
     space.add_argument("--json", action="store_true", help="machine-readable output")
+    add_wide_argument(space)
     space.set_defaults(run=run)
 
 
@@ -36,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     space = choose_family(args.family, args.dtype, gpu)
     limit = _compile_limit(args.compile)
 
-    checked = survey(space, gpu, problem, keep=())  # counted, not listed: a space may hold 10**10 configs
-    feasible = checked.feasible_count
-    rejected = [(r.example, r.count) for r in checked.rejections]
-    chosen = _sample(space, gpu, problem, feasible, limit)
-    compiled = _compile_report(space, gpu, problem, chosen)
+    with TerminalProgress() as progress:
+        checked = survey(space, gpu, problem, keep=(), progress=progress)  # counted, not listed: 10**10 configs
+        feasible = checked.feasible_count
+        rejected = [(r.example, r.count) for r in checked.rejections]
+        chosen = _sample(space, gpu, problem, feasible, limit, _as(PICKING, progress))
+        compiled = _compile_report(space, gpu, problem, chosen, progress)
 
     if args.json:
         print(json.dumps({
@@ -51,17 +58,21 @@ def run(args: argparse.Namespace) -> int:
         }, indent=2))
         return 0
 
-    print(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
-          f"{space.size} configs, {feasible} pass the static rules, {space.size - feasible} rejected")
+    width = terminal_width(args.wide)
+    print(paragraph(f"{space.family} on {gpu.key} ({space.target(gpu)}), problem {problem.shape} {problem.dtype}: "
+                    f"{space.size} configs, {feasible} pass the static rules, {space.size - feasible} rejected",
+                    width))
     print("\nrejected (count, example reason):")
-    for example, n in rejected:
-        print(f"  {n:>7}  {example}")
+    print(table(["count", "example reason"], [[n, example] for example, n in rejected], width,
+                wrap=["example reason"]))
     ok = sum(1 for row in compiled if row["status"] == "ok")
-    print(f"\ncompiled {len(compiled)} of {feasible} feasible configs for {space.target(gpu)} "
-          f"({ok} fit; --compile N or all for more):")
+    print()
+    print(paragraph(f"compiled {len(compiled)} of {feasible} feasible configs for {space.target(gpu)} "
+                    f"({ok} fit; --compile N or all for more):", width))
     rows = [[row["config"], row["threads"], row["registers"], _kb(row["smem_bytes"]), row["spill_bytes"],
              row["status"]] for row in compiled]
-    print(table(["config", "threads", "regs", "smem KB", "spills B", "status"], rows))
+    print(table(["config", "threads", "regs", "smem KB", "spills B", "status"], rows, width,
+                wrap=["config", "status"]))
     return 0
 
 
@@ -77,10 +88,17 @@ def _compile_limit(text: str) -> int | None:
     return value
 
 
-def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None) -> list[Config]:
+def _as(what: str, progress: ProgressCallback) -> ProgressCallback:
+    """``progress``, with what is done called ``what``."""
+    return lambda _, done, total: progress(what, done, total)
+
+
+def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None,
+            progress: ProgressCallback = no_progress) -> list[Config]:
     """At most ``limit`` configs to compile (every one for None): the seeds, then configs spread evenly
     over the ``feasible`` ones; each as a search on ``problem`` builds it (:meth:`SearchSpace.for_problem`:
-    its ``[specialize]`` knobs set by the problem), where the rules admit that build, once."""
+    its ``[specialize]`` knobs set by the problem), where the rules admit that build, once. ``progress``
+    hears of the walk that lists them."""
     if limit is None and feasible > MAX_COMPILE_ALL:
         raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
                          f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
@@ -91,7 +109,8 @@ def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: in
     else:  # twice as many as wanted: two configs may have one build, and seeds are left out
         slots = min(feasible, 2 * limit)
         positions = sorted({feasible * i // slots for i in range(slots)}) if slots else []
-    listed = [verdict.config for verdict in survey(space, gpu, problem, keep=positions).feasible] if positions else []
+    listed = [verdict.config for verdict in survey(space, gpu, problem, keep=positions, progress=progress).feasible] \
+        if positions else []
     rest = [config for config in _builds(space, gpu, problem, listed) if config not in seeds]
     wanted = len(rest) if limit is None else min(limit - len(seeds), len(rest))
     return seeds + [rest[i * len(rest) // wanted] for i in range(wanted)] if wanted else seeds
@@ -103,32 +122,46 @@ def _builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs) -> 
     return {build: None for build in builds if space.check(build, gpu, problem).feasible}
 
 
-def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list) -> list[dict]:
-    from autotune.kernel.compile import CompileFailure, CompilePool
+def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list,
+                    progress: ProgressCallback = no_progress) -> list[dict]:
+    """Compile ``configs`` in parallel (the disk cache answers those it holds) and report each one's resources;
+    ``progress`` hears of the compiles as they finish."""
+    from autotune.kernel.compile import CompilePool
     from autotune.kernel.render import render
-    from autotune.kernel.resources import resource_violation
 
     if not configs:
         return []
-    rows = []
-    jobs = min(len(configs), 16)
-    with CompilePool(jobs) as pool:
-        results = pool.map(render(space, c, gpu) for c in configs)
-        for config, result in zip(configs, results):
-            launch = space.launch(config, gpu, problem)
-            row = {"config": config.name, "params": config.as_dict(), "threads": launch.block[0],
-                   "grid": list(launch.grid), "registers": None, "smem_bytes": None, "spill_bytes": None}
-            if isinstance(result, CompileFailure):
-                row["status"] = f"compile_error: {result.message}"
-            else:
-                res = result.resources
-                res = dataclasses.replace(res, smem_dynamic=launch.dynamic_smem)
-                row.update(registers=res.registers, smem_bytes=res.smem_total,
-                           spill_bytes=res.spill_stores + res.spill_loads)
-                violation = resource_violation(res, launch.block[0], gpu, launch.opt_in)
-                row["status"] = f"resource: {violation}" if violation else "ok"
-            rows.append(row)
-    return rows
+    with CompilePool(min(len(configs), compile_jobs())) as pool:
+        futures = {pool.submit(render(space, config, gpu)): index for index, config in enumerate(configs)}
+        results: list = [None] * len(configs)
+        progress(COMPILING, 0, len(configs))
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            progress(COMPILING, done, len(configs))
+    return [_resource_row(space, gpu, problem, config, result) for config, result in zip(configs, results)]
+
+
+def compile_jobs() -> int:
+    """Compile processes: one per core, at most 16 (more than the cores only wait on each other)."""
+    return max(1, min(16, os.cpu_count() or 1))
+
+
+def _resource_row(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, config: Config, result) -> dict:
+    """What the compile of ``config`` reported: its resources and whether they fit ``gpu``."""
+    from autotune.kernel.compile import CompileFailure
+    from autotune.kernel.resources import resource_violation
+
+    launch = space.launch(config, gpu, problem)
+    row = {"config": config.name, "params": config.as_dict(), "threads": launch.block[0],
+           "grid": list(launch.grid), "registers": None, "smem_bytes": None, "spill_bytes": None}
+    if isinstance(result, CompileFailure):
+        row["status"] = f"compile_error: {result.message}"
+        return row
+    res = dataclasses.replace(result.resources, smem_dynamic=launch.dynamic_smem)
+    row.update(registers=res.registers, smem_bytes=res.smem_total, spill_bytes=res.spill_stores + res.spill_loads)
+    violation = resource_violation(res, launch.block[0], gpu, launch.opt_in)
+    row["status"] = f"resource: {violation}" if violation else "ok"
+    return row
 
 
 def _kb(value: int | None) -> float | None:

@@ -16,10 +16,11 @@ from autotune.cli.arguments import (
     Seconds,
     add_backend_argument,
     add_db_argument,
+    add_wide_argument,
     requested_gpu,
     require_positive,
 )
-from autotune.cli.text import ratio_text, table
+from autotune.cli.text import ratio_text, table, terminal_width
 from autotune.errors import InputError
 from autotune.gpu_specs import AUTO, GPUS
 from autotune.problem import DTYPES, GemmProblem, make_problem
@@ -49,6 +50,7 @@ def register(sub) -> None:
                             "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
     add_db_argument(sweep)
     add_backend_argument(sweep)
+    add_wide_argument(sweep)
     sweep.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
                        help="parallel compile processes (default: CPU count, at most 16)")
     sweep.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             line.finish()
 
-    _print_result(result, sweep.store.shown_url)
+    _print_result(result, sweep.store.shown_url, terminal_width(args.wide))
     return 0
 
 
@@ -145,10 +147,11 @@ class SweepLine:
                 f"{outcome.evaluated} evaluations{warm}{done}")
 
 
-def _print_result(result, url: str) -> None:
+def _print_result(result, url: str, width: int | None = None) -> None:
     rows = [[o.problem.shape, o.evaluated, o.best_ms, _tflops(o.problem, o.best_ms), o.cublas_ms,
              ratio_text(o.best_ms, o.cublas_ms), o.best_config] for o in result.shapes]
-    print(table(["shape", "trials", "best ms", "TFLOP/s", "cuBLAS ms", "vs cuBLAS", "best config"], rows))
+    print(table(["shape", "trials", "best ms", "TFLOP/s", "cuBLAS ms", "vs cuBLAS", "best config"], rows, width,
+                wrap=["best config"]))
     if result.cross is not None:
         cross = result.cross
         print(f"cross measurement: {cross.configs} configs; {cross.measured} (config, shape) pairs measured, "

@@ -9,10 +9,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import MAX_KERNELS as MOST_KERNELS
-from autotune.cli.arguments import Integer, add_db_argument, open_store
+from autotune.cli.arguments import Integer, add_db_argument, add_wide_argument, no_results_hint, open_store
+from autotune.cli.progress import TerminalProgress
+from autotune.cli.text import paragraph, terminal_width
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
-from autotune.gpu_specs import GPUS, gpu_spec
+from autotune.gpu_specs import AUTO, GPUS, gpu_spec
 from autotune.problem import DTYPES
 from autotune.select.cover import MAX_KERNELS
 from autotune.shapes import SHAPE_SETS
@@ -22,6 +24,8 @@ if TYPE_CHECKING:  # autotune.select.selection loads the database layer: only th
     from autotune.select.selection import HeldOut, Selection
 
 LEAVE_ONE_OUT = "leave-one-out"
+LEAVE_ONE_OUT_HEADER = "held out"  # the rules' column of leave-one-out picks
+BUILDING = "building the table"  # what the progress line says
 CUBLAS_SHOWN = "cuBLAS"  # a cuBLAS pick in the text, where a kernel's short name would stand
 
 
@@ -32,12 +36,13 @@ def register(sub) -> None:
     )
     add_table_arguments(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_wide_argument(parser)
     parser.set_defaults(run=run)
 
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
     """--gpu, --dtype, --hold-out, --max-kernels, --db: what a table is built from (``table`` and ``plot``)."""
-    parser.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)}")
+    parser.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     parser.add_argument("--hold-out", metavar="FILE|SET",
                         help=f"shapes left out of the table and judged on: a shape file or {', '.join(SHAPE_SETS)} "
@@ -56,6 +61,7 @@ class Judged:
     held_out_from: str  # the --hold-out value, or LEAVE_ONE_OUT
     report: tuple[HeldOut, ...]
     ignored: tuple[str, ...] = ()  # results left out of it, one line each
+    missing: str = ""  # where the table is empty: what the database holds instead, and what to do
 
     @property
     def table(self) -> DtypeTable:
@@ -66,18 +72,21 @@ def judged(args: argparse.Namespace) -> Judged:
     """The table ``args`` asks for, built from its database and judged on its held-out shapes."""
     from autotune.select.selection import build, held_out, ignored_environments, judge
 
-    gpu = gpu_spec(args.gpu)
+    gpu = gpu_spec(args.gpu)  # --gpu auto is the attached GPU's model by now (autotune.cli.main)
     if args.dtype not in DTYPES:
         raise InputError("--dtype", args.dtype, ", ".join(DTYPES))
     if args.max_kernels < 1:
         raise InputError("--max-kernels", args.max_kernels, "an integer >= 1")
     held = _hold_out_shapes(args.hold_out) if args.hold_out else []
-    store = open_store(args.db, read_only=True)
-    with store:
+    with TerminalProgress() as progress, open_store(args.db, read_only=True) as store:
+        progress(BUILDING, 0, 2)
         built = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
         ignored = tuple(ignored_environments(store, gpu=gpu.key))
-    report = judge(built, held) if args.hold_out else held_out(built)
-    return Judged(built, store.shown_url, args.hold_out or LEAVE_ONE_OUT, tuple(report), ignored)
+        missing = "" if built.training else no_results_hint(store)
+        progress(BUILDING, 1, 2)  # then judged on the shapes left out
+        report = judge(built, held) if args.hold_out else held_out(built)
+        progress(BUILDING, 2, 2)
+    return Judged(built, store.shown_url, args.hold_out or LEAVE_ONE_OUT, tuple(report), ignored, missing)
 
 
 def _hold_out_shapes(spec: str) -> list[tuple[int, int, int]]:
@@ -99,57 +108,75 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(chosen), indent=2))
         return 0
     selection, table = chosen.selection, chosen.table
+    width = terminal_width(args.wide)
     if not selection.training:
-        print(f"no tuned {selection.dtype} results for {selection.gpu.key} in {chosen.source}")
+        print(paragraph(f"no tuned {selection.dtype} results for {selection.gpu.key} in {chosen.source}; "
+                        f"{chosen.missing}", width))
         return 0
-    print(f"selection table for {selection.gpu.key} {selection.dtype} ({chosen.source}): {len(table.chosen)} kernels "
-          f"(at most {selection.max_kernels}) for {len(selection.training)} training shapes; a shape gets, of the "
-          "kernels measured at the nearest training shape, the one whose time there scaled by its busiest SM's work "
-          "is least, or cuBLAS where that time is more than cuBLAS's there scaled by m*n*k "
-          f"({_cublas_rules(table)} of {len(table.rules)} rules go to cuBLAS)")
-    _print_rules(chosen)
+    print(paragraph(
+        f"selection table for {selection.gpu.key} {selection.dtype} ({chosen.source}): {len(table.chosen)} kernels "
+        f"(at most {selection.max_kernels}) for {len(selection.training)} training shapes; a shape gets, of the "
+        "kernels measured at the nearest training shape, the one whose time there scaled by its busiest SM's work "
+        "is least, or cuBLAS where that time is more than cuBLAS's there scaled by m*n*k "
+        f"({_cublas_rules(table)} of {len(table.rules)} rules go to cuBLAS)", width))
+    _print_rules(chosen, width, args.wide)
     if selection.unruled:
-        print(f"{len(selection.unruled)} training shapes have no rule (none of the {len(table.chosen)} kernels was "
-              f"measured there): {', '.join('x'.join(map(str, s)) for s in selection.unruled)}")
-    _print_kernels(table)
+        print(paragraph(f"{len(selection.unruled)} training shapes have no rule (none of the {len(table.chosen)} "
+                        "kernels was measured there): " + ", ".join("x".join(map(str, s)) for s in selection.unruled),
+                        width))
+    _print_kernels(chosen, width, args.wide)
     if chosen.held_out_from != LEAVE_ONE_OUT:
-        _print_held_out(chosen)
-    print(quality_line(chosen))
+        _print_held_out(chosen, width)
+    print(paragraph(quality_line(chosen), width))
     return 0
 
 
-def _print_rules(chosen: Judged) -> None:
+def _print_rules(chosen: Judged, width: int | None, wide: bool) -> None:
+    """One row per rule; ``wide``: with the values of the knobs that differ between the kernels."""
     table, measured = chosen.table, chosen.selection.results.shapes
-    varying = _varying_knobs(chosen)
+    varying = _varying_knobs(chosen) if wide else []
     loo = {h.problem: h for h in chosen.report} if chosen.held_out_from == LEAVE_ONE_OUT else None
-    headers = ["shape", "kernel", " ".join(varying) or "knobs", "ms", "of best", "vs cuBLAS", "runs"]
+    headers = ["shape", "kernel", *(name.lower() for name in varying), "ms", "of best", "vs cuBLAS", "runs"]
     rows = []
     for rule in table.rules:
         problem, params = measured[rule.shape].problem, _params(chosen, rule.kernel)
-        row = [problem.shape, table.short_name(rule.kernel), " ".join(str(params.get(k, "-")) for k in varying),
+        row = [problem.shape, table.short_name(rule.kernel), *(params.get(name, "-") for name in varying),
                rule.ms, f"{rule.fraction_of_best:.3f}", _ratio(rule.ratio_to_cublas),
                CUBLAS_SHOWN if table.goes_to_cublas(rule) else table.short_name(rule.kernel)]
         if loo is not None:
             row.append(_loo_verdict(loo[problem], table))
         rows.append(row)
     if loo is not None:
-        headers.append("held out: the pick of the table built without this shape")
-    print(text_table(headers, rows))
+        headers.append(LEAVE_ONE_OUT_HEADER)
+        print(paragraph(f"{LEAVE_ONE_OUT_HEADER}: the pick of the table built without this shape", width))
+    print(text_table(headers, rows, width, wrap=[LEAVE_ONE_OUT_HEADER]))
 
 
-def _print_kernels(table: DtypeTable) -> None:
+def _print_kernels(chosen: Judged, width: int | None, wide: bool) -> None:
+    """The kernels with their configs, and (unless ``wide``: the rules show them) the knobs that differ."""
+    table = chosen.table
     rows = [[table.short_name(k.name), table.served(k.name), k.family, k.name] for k in table.chosen]
-    print("kernels, in the order the cover chose them (each adds the most to the geometric mean of best/pick):")
-    print(text_table(["kernel", "rules", "family", "config"], rows))
+    print(paragraph("kernels, in the order the cover chose them (each adds the most to the geometric mean of "
+                    "best/pick):", width))
+    print(text_table(["kernel", "rules", "family", "config"], rows, width, wrap=["config"]))
+    varying = _varying_knobs(chosen)
+    if wide or not varying or len(table.chosen) < 2:
+        return
+    params = {k.name: _params(chosen, k.name) for k in table.chosen}
+    print("the knobs whose values differ between the kernels:")
+    print(text_table(["knob", *(table.short_name(k.name) for k in table.chosen)],
+                     [[name.lower(), *(params[k.name].get(name, "-") for k in table.chosen)] for name in varying],
+                     width))
 
 
-def _print_held_out(chosen: Judged) -> None:
+def _print_held_out(chosen: Judged, width: int | None) -> None:
     table = chosen.table
     rows = [[h.problem.shape, _picked(table, h),
              h.picked_from.shape if h.picked_from else "-", h.pick_ms, h.best_ms, h.cublas_ms,
              _ratio(h.fraction_of_best, "x"), _ratio(h.ratio_to_cublas)] for h in chosen.report]
-    print(f"held out ({chosen.held_out_from}): the table's pick at shapes it was not built from")
-    print(text_table(["shape", "pick", "from", "pick ms", "best ms", "cuBLAS ms", "best/pick", "cuBLAS/pick"], rows))
+    print(paragraph(f"held out ({chosen.held_out_from}): the table's pick at shapes it was not built from", width))
+    print(text_table(["shape", "pick", "from", "pick ms", "best ms", "cuBLAS ms", "best/pick", "cuBLAS/pick"], rows,
+                     width))
 
 
 def quality_line(chosen: Judged) -> str:

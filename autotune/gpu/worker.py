@@ -139,7 +139,7 @@ class GpuWorker:
                 return
             self._reap(child)
         if kind == "no_gpu":
-            raise NoGpuError(f"no CUDA GPU is available: {payload}")
+            raise NoGpuError(no_gpu_message(payload))
         raise WorkerStartError(f"the GPU worker failed to start: {payload}")
 
     def environment(self) -> Environment:
@@ -275,3 +275,17 @@ def _exit_code(code: int | None) -> str:
         except ValueError:
             return str(code)
     return str(code)
+
+
+# What the CUDA runtime's refusals mean, in the words of someone setting up a machine.
+_NO_GPU_CAUSES = (
+    ("InsufficientDriver", "no NVIDIA driver is installed, or one older than CuPy's CUDA"),
+    ("NoDevice", "no NVIDIA GPU is visible to this process (check nvidia-smi and CUDA_VISIBLE_DEVICES)"),
+    ("libcuda", "no NVIDIA driver is installed (libcuda.so is missing)"),
+)
+
+
+def no_gpu_message(reason: str) -> str:
+    """Why the worker found no usable GPU: ``reason`` as the backend gave it, and what it means where known."""
+    meaning = next((text for marker, text in _NO_GPU_CAUSES if marker in reason), None)
+    return f"no CUDA GPU is available: {reason}" + (f" ({meaning})" if meaning else "")

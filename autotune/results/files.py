@@ -37,6 +37,7 @@ from typing import NoReturn, TextIO
 from autotune.errors import FailureClass, InputError
 from autotune.gpu_specs import expected_archs
 from autotune.problem import DTYPES, LAYOUTS, GemmProblem
+from autotune.progress import ProgressCallback, no_progress
 from autotune.records import EnergyWindow, Environment, Failure, Measurement, Resources, Timing
 from autotune.results import Export, FailureEntry, KernelRef, MeasurementEntry, ResultStore
 from autotune.results.entries import EnergyEntry
@@ -46,6 +47,8 @@ from autotune.results.models import Measurement as MeasurementRow
 from autotune.space.family import load_space
 
 SCHEMA_VERSION = 2  # what export writes; import reads 1 and 2
+CHECKING = "checking results"  # what read reports its progress as, every PROGRESS_LINES lines
+PROGRESS_LINES = 100
 MEASUREMENT, FAILURE = "measurement", "failure"
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 ENVIRONMENT_FIELDS = tuple(field.name for field in dataclasses.fields(Environment))
@@ -101,16 +104,18 @@ def export(store: ResultStore, gpu_key: str, stream: TextIO, per_problem: int | 
     return result
 
 
-def import_files(store: ResultStore, paths: Sequence[Path]) -> list[FileImport]:
-    """Check every line of every file, then add them all in one transaction (all or nothing).
+def import_files(store: ResultStore, paths: Sequence[Path],
+                 progress: ProgressCallback = no_progress) -> list[FileImport]:
+    """Check every line of every file, then add them all in one transaction (all or nothing); ``progress``
+    hears of the lines checked (``checking results``), then of the rows added.
 
     Raises:
         ResultsFileError: a line that cannot be imported (nothing was written).
         InputError: a file that cannot be read.
         DatabaseError: the write failed (nothing was written).
     """
-    files = [(Path(path), read(path)) for path in paths]
-    added = store.add_entries([entry for _, entries in files for entry in entries])
+    files = [(Path(path), read(path, progress)) for path in paths]
+    added = store.add_entries([entry for _, entries in files for entry in entries], progress)
     reports, start = [], 0
     for path, entries in files:
         own = list(zip(entries, added[start:start + len(entries)]))
@@ -124,14 +129,14 @@ def import_files(store: ResultStore, paths: Sequence[Path]) -> list[FileImport]:
     return reports
 
 
-def import_file(store: ResultStore, path: Path) -> tuple[int, int]:
+def import_file(store: ResultStore, path: Path, progress: ProgressCallback = no_progress) -> tuple[int, int]:
     """Import one file (see :func:`import_files`); returns (measurements added, measurements already present)."""
-    report, = import_files(store, [path])
+    report, = import_files(store, [path], progress)
     return report.measurements_added, report.measurements_present
 
 
-def read(path: Path) -> list[MeasurementEntry | FailureEntry]:
-    """Every entry of a tuned-results file, each line checked.
+def read(path: Path, progress: ProgressCallback = no_progress) -> list[MeasurementEntry | FailureEntry]:
+    """Every entry of a tuned-results file, each line checked (``progress`` hears of them as they are).
 
     Raises:
         ResultsFileError: the first line that cannot be imported.
@@ -143,7 +148,16 @@ def read(path: Path) -> list[MeasurementEntry | FailureEntry]:
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or type(error).__name__
         raise InputError("results file", str(path), f"a readable UTF-8 file ({reason})") from None
-    return [_Line(path, number).entry(line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines = text.splitlines()
+    entries = []
+    progress(CHECKING, 0, len(lines))
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            entries.append(_Line(path, number).entry(line))
+        if number % PROGRESS_LINES == 0:
+            progress(CHECKING, number, len(lines))
+    progress(CHECKING, len(lines), len(lines))
+    return entries
 
 
 def line_of(entry: MeasurementEntry | FailureEntry) -> dict:

@@ -2,7 +2,8 @@
 
 Environments, problems and kernels are found or created by their unique keys;
 measurements, failures and energy windows by their fingerprints, so writing an
-entry twice stores it once.
+entry twice stores it once (:mod:`autotune.results.bulk` does the same for many
+entries at once).
 
 Rows are checked as they are read: a value autotune never writes (an infinite
 time, a ``params_json`` that is not an object of integers), put there by hand or
@@ -104,11 +105,19 @@ def put_measurement(session: Session, entry: MeasurementEntry, key: str | None =
     found = session.scalar(select(Measurement.id).where(Measurement.fingerprint == key))
     if found is not None:
         return found, False
+    return _insert(session, Measurement, measurement_row(
+        entry, key, get_or_create(session, Environment, dataclasses.asdict(entry.environment)),
+        get_or_create(session, Problem, problem_fields(entry.problem)), kernel_id(session, entry.kernel))), True
+
+
+def measurement_row(entry: MeasurementEntry, key: str, environment_id: int, problem_id: int,
+                     kernel: int | None) -> dict:
+    """The measurements-table row of ``entry`` (its fingerprint ``key``)."""
     measurement, timing = entry.measurement, entry.measurement.timing
-    return _insert(session, Measurement, dict(
-        environment_id=get_or_create(session, Environment, dataclasses.asdict(entry.environment)),
-        problem_id=get_or_create(session, Problem, problem_fields(entry.problem)),
-        kernel_id=kernel_id(session, entry.kernel),
+    return dict(
+        environment_id=environment_id,
+        problem_id=problem_id,
+        kernel_id=kernel,
         implementation=CUBLAS if entry.kernel is None else CANDIDATE,
         study=entry.study,
         median_ms=float(timing.median_ms),
@@ -122,11 +131,11 @@ def put_measurement(session: Session, entry: MeasurementEntry, key: str | None =
         sm_clock_mhz=_int(measurement.sm_clock_mhz),
         throttle_reasons=_int(measurement.throttle_reasons),
         temperature_c=_int(measurement.temperature_c),
-        **({name: int(getattr(measurement.resources, name)) for name in RESOURCE_COLUMNS}
-           if measurement.resources else {}),
+        **{name: int(getattr(measurement.resources, name)) if measurement.resources else None
+           for name in RESOURCE_COLUMNS},  # every row the same columns: rows go in multi-row inserts
         created_at=utc(entry.measured_at),
         fingerprint=key,
-    )), True
+    )
 
 
 def put_energy(session: Session, measurement_id: int, measurement_key: str, entry: EnergyEntry) -> tuple[int, bool]:
@@ -135,8 +144,13 @@ def put_energy(session: Session, measurement_id: int, measurement_key: str, entr
     found = session.scalar(select(EnergyWindow.id).where(EnergyWindow.fingerprint == key))
     if found is not None:
         return found, False
+    return _insert(session, EnergyWindow, energy_row(entry, key, measurement_id)), True
+
+
+def energy_row(entry: EnergyEntry, key: str, measurement_id: int) -> dict:
+    """The energy-windows-table row of ``entry`` (its fingerprint ``key``), for the measurement ``measurement_id``."""
     window = entry.window
-    return _insert(session, EnergyWindow, dict(
+    return dict(
         measurement_id=measurement_id,
         seconds=float(window.seconds),
         launches=int(window.launches),
@@ -153,7 +167,7 @@ def put_energy(session: Session, measurement_id: int, measurement_key: str, entr
         throttled=bool(window.throttled),
         created_at=utc(entry.measured_at),
         fingerprint=key,
-    )), True
+    )
 
 
 def put_failure(session: Session, entry: FailureEntry) -> tuple[int, bool]:
@@ -162,16 +176,23 @@ def put_failure(session: Session, entry: FailureEntry) -> tuple[int, bool]:
     found = session.scalar(select(Failure.id).where(Failure.fingerprint == key))
     if found is not None:
         return found, False
-    return _insert(session, Failure, dict(
-        environment_id=get_or_create(session, Environment, dataclasses.asdict(entry.environment)),
-        problem_id=get_or_create(session, Problem, problem_fields(entry.problem)),
-        kernel_id=kernel_id(session, entry.kernel),
+    return _insert(session, Failure, failure_row(
+        entry, key, get_or_create(session, Environment, dataclasses.asdict(entry.environment)),
+        get_or_create(session, Problem, problem_fields(entry.problem)), kernel_id(session, entry.kernel))), True
+
+
+def failure_row(entry: FailureEntry, key: str, environment_id: int, problem_id: int, kernel: int | None) -> dict:
+    """The failures-table row of ``entry`` (its fingerprint ``key``)."""
+    return dict(
+        environment_id=environment_id,
+        problem_id=problem_id,
+        kernel_id=kernel,
         study=entry.study,
         failure_class=failure_class(entry.failure),
         message=entry.failure.message,
         created_at=utc(entry.failed_at),
         fingerprint=key,
-    )), True
+    )
 
 
 def _insert(session: Session, model: type[Base], values: dict) -> int:

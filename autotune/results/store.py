@@ -34,8 +34,9 @@ from sqlalchemy.pool import StaticPool
 from autotune import records
 from autotune.errors import DatabaseError
 from autotune.problem import GemmProblem
+from autotune.progress import ProgressCallback, no_progress
+from autotune.results import bulk, retry, rows, schema
 from autotune.results import engine as engines
-from autotune.results import retry, rows, schema
 from autotune.results.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
 from autotune.results.models import (
     CANDIDATE,
@@ -189,7 +190,8 @@ class ResultStore:
         try:
             return engines.create(parsed, min(engines.BUSY_TIMEOUT_S, self._write_timeout_s), self.read_only)
         except NoSuchModuleError as exc:
-            raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}'") from exc
+            known = "sqlite:///PATH or postgresql://user@host/db"
+            raise DatabaseError(f"{cannot}: unknown dialect '{parsed.drivername}' (expected {known})") from exc
         except ImportError as exc:
             raise DatabaseError(f"{cannot}: driver not installed ({self._reason(exc)})") from exc
         except (ValueError, TypeError) as exc:  # a query parameter the dialect cannot take: ?timeout=abc
@@ -329,30 +331,18 @@ class ResultStore:
 
         return self._write(write)
 
-    def add_entries(self, entries: Sequence[MeasurementEntry | FailureEntry]) -> list[Added]:
+    def add_entries(self, entries: Sequence[MeasurementEntry | FailureEntry],
+                    progress: ProgressCallback = no_progress) -> list[Added]:
         """Store every entry in one transaction (all or nothing); what each one added, in order.
 
         An entry already stored adds nothing (``Added.row`` False), but energy
-        windows it brings that are missing are added.
+        windows it brings that are missing are added. The rows go in batches
+        (:mod:`autotune.results.bulk`), which ``progress`` hears of.
 
         Raises:
             DatabaseError: the write failed; nothing was stored.
         """
-
-        def write(session: Session) -> list[Added]:
-            added = []
-            for entry in entries:
-                if isinstance(entry, FailureEntry):
-                    added.append(Added(rows.put_failure(session, entry)[1]))
-                    continue
-                key = rows.measurement_fingerprint(entry)
-                measurement_id, new = rows.put_measurement(session, entry, key)
-                windows = sum(rows.put_energy(session, measurement_id, key, window)[1]
-                              for window in entry.energy_windows)
-                added.append(Added(new, windows))
-            return added
-
-        return self._write(write)
+        return self._write(lambda session: bulk.put_entries(session, entries, progress))
 
     def export_entries(self, gpu_key: str, per_problem: int | None = None) -> Export:
         """The results of ``gpu_key``: every measurement with its energy windows, and every failure.
@@ -669,6 +659,8 @@ def _sqlite_file_problem(url: URL, read_only: bool = False) -> str | None:
     path = Path(database)
     if not path.parent.is_dir():
         return f"directory '{path.parent}' does not exist"
+    if path.is_dir():
+        return "it is a directory: name a database file in it, e.g. results.db"
     if path.exists() and not os.access(path, os.R_OK):
         return "permission denied"
     if not path.exists() and not read_only and not os.access(path.parent, os.W_OK):

@@ -50,11 +50,14 @@ from typing import Any
 from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
+from autotune.progress import ProgressCallback, no_progress
 from autotune.space.family import Config, Rule, SearchSpace, Verdict
 
 _CONTEXT = ("gpu", "problem")  # bound before any knob
 TRIAL_BUDGET = 250_000  # derived-value evaluations spent on showing that none fails, before a pruned walk
 WORK_BUDGET = 10_000_000  # steps of one walk (knob values bound, verdicts made), about a minute; sgemm takes 4 million
+PROGRESS_STEPS = 1 << 16  # steps between two reports to a progress callback
+CHECKING = "checking configs"  # what survey reports its progress as
 
 
 class SpaceTooLarge(SpaceError):
@@ -81,13 +84,16 @@ class Survey:
 
 
 def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
-           limit: int | None = None, keep: Iterable[int] | None = None) -> Survey:
+           limit: int | None = None, keep: Iterable[int] | None = None,
+           progress: ProgressCallback = no_progress) -> Survey:
     """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule.
 
     With ``limit``, the walk stops at that many feasible configs (the counts then cover only
     the configs before the last one found): ``limit=1`` asks cheaply whether the GPU can run
     the family at all. With ``keep``, only the feasible configs at those positions (0 for the
     first feasible config in enumeration order) are listed; ``keep=()`` counts them only.
+    ``progress`` hears how many of the space's configs are judged (``checking configs``), every
+    PROGRESS_STEPS steps of the walk.
 
     Raises:
         SpaceTooLarge: the walk takes more than WORK_BUDGET steps.
@@ -95,15 +101,20 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
     plan = _Plan(space, space.rules_for(problem))
     context = {"gpu": gpu, "problem": problem}
     kept = None if keep is None else sorted(set(keep))
+    progress(CHECKING, 0, space.size)
     with _no_cycle_collection():
+        checked = None
         if _derived_values_cannot_fail(space, plan, context):
             try:
-                return _PrunedWalk(space, plan, context, limit, kept).run()
+                checked = _PrunedWalk(space, plan, context, limit, kept, progress).run()
             except SpaceTooLarge:
                 raise
             except Exception:  # noqa: BLE001 - a rule failed: the ordered walk raises what checking in order meets
                 pass
-        return _OrderedWalk(space, plan, context, limit, kept).run()
+        if checked is None:
+            checked = _OrderedWalk(space, plan, context, limit, kept, progress).run()
+    progress(CHECKING, space.size, space.size)
+    return checked
 
 
 def feasible_configs(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
@@ -209,7 +220,7 @@ class _Walk:
     """What both walks share: the names bound so far, the feasible configs, the rejection groups."""
 
     def __init__(self, space: SearchSpace, plan: _Plan, context: dict[str, Any], limit: int | None,
-                 keep: list[int] | None):
+                 keep: list[int] | None, progress: ProgressCallback = no_progress):
         self.space, self.plan, self.limit = space, plan, limit
         self.keep = keep  # positions of the feasible configs to list, sorted; None: all
         self.gpu = context["gpu"]
@@ -219,13 +230,24 @@ class _Walk:
         self.found = 0  # feasible configs walked, listed or not
         self.groups: dict[Any, Rejection] = {}
         self.work = 0
+        self.progress = progress
+        self._checkpoint = min(PROGRESS_STEPS, WORK_BUDGET)  # the step count where _step looks up next
 
     def _result(self) -> Survey:
         return Survey(self.feasible, sorted(self.groups.values(), key=lambda r: -r.count), self.found)
 
     def _step(self, steps: int = 1) -> None:
         self.work += steps
-        if self.work > WORK_BUDGET:
+        if self.work > self._checkpoint:
+            self._look_up()
+
+    def _look_up(self) -> None:
+        """Every PROGRESS_STEPS steps: report how many configs are judged, or stop past WORK_BUDGET steps."""
+        if self.work <= WORK_BUDGET:
+            self._checkpoint = min(self.work + PROGRESS_STEPS, WORK_BUDGET)
+            judged = self.found + sum(rejection.count for rejection in self.groups.values())
+            self.progress(CHECKING, min(judged, self.space.size - 1), self.space.size)
+        else:
             raise SpaceTooLarge(f"{self.space.family}: checking its {self.space.size} configs against its rules "
                                 f"takes more than {WORK_BUDGET} steps (fewer knob values, or rules that cut earlier)")
 
