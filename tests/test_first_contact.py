@@ -284,6 +284,8 @@ def test_a_query_of_a_shape_not_tuned_names_the_nearest_tuned_ones(capsys, v1_db
     (["query", "--gpu", "h200", "--shape", "4096x4096", "--db", "{tmp}/r.db"], ["'4096x4096'", "MxNxK"]),
     (["table", "--gpu", "h200", "--dtype", "fp16", "--db", "{tmp}/r.db"], ["'fp16'", "f16"]),
     (["space", "--gpu", "t4", "--shape", "64", "--family", "tiled"], ["'tiled'", "tiled_f32"]),
+    (["export", "--gpu", "h200-fake", "--shipped", "--format", "json", "--out", "{tmp}/out"],
+     ["--gpu 'h200-fake'", "results shipped with autotune: h200"]),
 ])
 def test_a_newcomers_mistake_is_one_line_that_says_what_to_do(tmp_path, capsys, args, fragments):
     code, _, err = cli(capsys, *(arg.replace("{tmp}", str(tmp_path)) for arg in args))
@@ -417,3 +419,14 @@ def test_failure_entries_import_in_the_same_batches(tmp_path):
         added = target.add_entries(failures + failures)
     assert [result.row for result in added] == [True] * len(failures) + [False] * len(failures)
     assert json.dumps([result.energy_windows for result in added]) == json.dumps([0] * 2 * len(failures))
+
+
+def test_the_export_summary_says_which_tuned_shapes_run_cublas(tmp_path, capsys):
+    """Where the table's kernel is slower than cuBLAS at its own tuned shape, the summary says cuBLAS runs there."""
+    code, out, _ = cli(capsys, "export", "--gpu", "h200", "--shipped", "--format", "json", "--out", str(tmp_path))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if re.match(r"f(16|32)\s+\d+x\d+x\d+\s", line)]
+    assert rows and {row[2] for row in rows} == {"cuBLAS", "kernel"}
+    for row in rows:  # the kernel's ratio to cuBLAS at its own shape decides what runs there (1.000x: either)
+        ratio = float(row[-1].rstrip("x"))
+        assert ratio == 1.0 or (row[2] == "cuBLAS") == (ratio < 1.0), row

@@ -167,8 +167,3 @@ def _missing_file(url: str) -> str | None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
     return None if Path(database).exists() else database
-
-
-def require_positive(what: str, value: int | float | None) -> None:
-    if value is not None and not value > 0:
-        raise InputError(what, value, "a number > 0")

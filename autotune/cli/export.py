@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli.arguments import add_db_argument, open_store
+from autotune.cli.arguments import add_db_argument, no_results_hint, open_store
 from autotune.cli.progress import TerminalProgress
-from autotune.cli.text import printable
+from autotune.cli.text import printable, terminal_width
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
 from autotune.export.shipped import SOURCE
@@ -96,6 +96,10 @@ def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], p
     store = shipped_store(progress) if args.shipped else open_store(args.db, read_only=True)
     source = SOURCE if args.shipped else store.shown_url
     with store:
+        held = sorted({key for key, _, _ in store.gpus()})
+        if gpu and gpu not in held:
+            raise InputError("--gpu", gpu, f"a GPU with tuned results in {source}: "
+                             + (", ".join(held) if held else no_results_hint(store)))
         for line in ignored_environments(store, gpu=gpu, arch=args.arch):
             print(f"autotune: {line}", file=sys.stderr)
         table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress)
@@ -116,7 +120,9 @@ def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
     for dtype, dtype_table in table.dtypes.items():
         for rule in dtype_table.rules:
             ratio = rule.ratio_to_cublas
-            rows.append([dtype, f"{rule.m}x{rule.n}x{rule.k}", rule.kernel, rule.ms,
+            runs = "cuBLAS" if dtype_table.pick(rule.m, rule.n, rule.k).cublas else "kernel"
+            rows.append([dtype, f"{rule.m}x{rule.n}x{rule.k}", runs, rule.kernel, rule.ms,
                          f"{ratio:.3f}x" if ratio else "-"])
-    print(text_table(["dtype", "tuned shape", "kernel", "ms", "vs cuBLAS"], rows))
+    print(text_table(["dtype", "tuned shape", "runs", "kernel", "ms", "kernel vs cuBLAS"], rows,
+                     width=terminal_width(), wrap=["kernel"]))
     print(f"{len(written)} files written, e.g. {written[0]}")

@@ -11,7 +11,6 @@ from autotune.cli.arguments import (
     add_db_argument,
     add_problem_arguments,
     requested_gpu,
-    require_positive,
 )
 from autotune.cli.text import ratio_text, table
 from autotune.problem import make_problem
@@ -37,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
 
     problem = make_problem(args.shape, args.dtype)
     requested = requested_gpu(args.gpu)
-    require_positive("--repeats", args.repeats)
     ladder = climb_attached(GpuRequest(requested, args.gpu, backend=args.backend), problem, args.db, args.repeats)
     env, rungs, cublas = ladder.env, ladder.rungs, ladder.cublas
     cublas_ms = cublas.timing.median_ms

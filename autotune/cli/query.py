@@ -16,7 +16,6 @@ from autotune.cli.arguments import (
     no_results_hint,
     offline_gpu,
     open_store,
-    require_positive,
 )
 from autotune.cli.text import paragraph, printable, ratio_text, same_in_every_row, table, terminal_width
 from autotune.errors import InputError
@@ -49,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     gpu = None
     if args.gpu is not None:
         gpu = gpu_spec(args.gpu) if args.gpu.lower() != AUTO else offline_gpu(args.gpu)
-    require_positive("--limit", args.limit)
     if args.objective not in ("time", "energy", "pareto"):
         raise InputError("--objective", args.objective, "time, energy or pareto")
     with open_store(args.db, read_only=True) as store:

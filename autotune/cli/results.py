@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, no_results_hint, open_store, require_positive
+from autotune.cli.arguments import MAX_ROWS, Integer, add_db_argument, no_results_hint, open_store
 from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable
 from autotune.data_files import shipped_results
@@ -46,7 +46,6 @@ def run(args: argparse.Namespace) -> int:
             given = " ".join(args.files) or ("--shipped" if args.shipped else "(no --gpu)")
             raise InputError("results export", given, "--gpu NAME and no files")
         gpu = gpu_spec(args.gpu)
-        require_positive("--per-problem", args.per_problem)
         with open_store(args.db, read_only=True) as store:
             written = tuned.export(store, gpu.key, sys.stdout, args.per_problem)
             missing = "" if written.entries else f" ({no_results_hint(store)})"

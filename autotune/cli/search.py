@@ -21,15 +21,12 @@ from autotune.cli.arguments import (
     add_problem_arguments,
     add_wide_argument,
     requested_gpu,
-    require_positive,
 )
 from autotune.cli.text import ProgressLine, paragraph, ratio_text, table, terminal_width
 from autotune.errors import InputError
-from autotune.gpu_specs import GPUS
 from autotune.problem import GemmProblem, make_problem
-from autotune.search.objective import make_objective
 from autotune.search.settings import SearchSettings
-from autotune.search.start import GpuRequest, SearchRequest, choose_family, started_search
+from autotune.search.start import GpuRequest, SearchRequest, started_search
 from autotune.search.timeline import Timeline
 
 
@@ -65,26 +62,16 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    timeline = Timeline() if args.trace else None
-    problem = make_problem(args.shape, args.dtype)
-    requested = requested_gpu(args.gpu)
-    if args.family:  # a bad --family fails before any process starts (naming a family costs no survey)
-        choose_family(args.family, args.dtype, requested or GPUS["h200"])
-    require_positive("--trials", args.trials)
-    require_positive("--timeout", args.timeout)
-    require_positive("--repeats", args.repeats)
-    require_positive("--jobs", args.jobs)
-    require_positive("--workers", args.workers)
-    if args.device < 0:
-        raise InputError("--device", args.device, "a CUDA device index >= 0")
     if args.trace and not Path(args.trace).resolve().parent.is_dir():
         raise InputError("--trace", args.trace, "a file in an existing folder")
-    make_objective(args.objective)
-    _leave_the_heap_to_the_os_at_exit()
+    timeline = Timeline() if args.trace else None
+    problem = make_problem(args.shape, args.dtype)
     settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
                               repeats=args.repeats, objective=args.objective)
-    request = SearchRequest(problem, args.family, GpuRequest(requested, args.gpu, args.device, args.backend),
-                            settings, args.workers, args.db)
+    request = SearchRequest(problem, args.family, GpuRequest(requested_gpu(args.gpu), args.gpu, args.device,
+                                                             args.backend), settings, args.workers, args.db)
+    request.check()
+    _leave_the_heap_to_the_os_at_exit()
     progress = ProgressLine()
     with started_search(request, timeline, on_progress=progress, on_environment=_announce) as search:
         try:

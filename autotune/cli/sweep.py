@@ -18,7 +18,6 @@ from autotune.cli.arguments import (
     add_db_argument,
     add_wide_argument,
     requested_gpu,
-    require_positive,
 )
 from autotune.cli.text import ratio_text, table, terminal_width
 from autotune.errors import InputError
@@ -67,9 +66,6 @@ def run(args: argparse.Namespace) -> int:
         if args.cross_from else ()
     requested = requested_gpu(args.gpu)
     choose_family(args.family, args.dtype, requested or GPUS["h200"])  # a bad --family or --dtype: before the GPU
-    require_positive("--trials", args.trials)
-    require_positive("--timeout", args.timeout)
-    require_positive("--jobs", args.jobs)
     if args.top < 0:
         raise InputError("--top", args.top, "a number >= 0 (0: no cross measurement)")
     if args.device < 0:

@@ -23,6 +23,7 @@ from autotune.gpu_specs import FAKE_SUFFIX, GPUS, GpuSpec, spec_from_properties
 from autotune.problem import GemmProblem
 from autotune.records import Environment
 from autotune.search.draws import FeasibleDraws, Opening, opening_size, process_seed
+from autotune.search.objective import make_objective
 from autotune.search.settings import SearchSettings, SweepSettings
 from autotune.search.timeline import SEARCH, Timeline, span
 from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
@@ -54,6 +55,13 @@ class SearchRequest:
     settings: SearchSettings
     workers: int = 1  # GPU workers, one per device from ``gpu.device`` on
     db: str | None = None  # the results database's URL (None: the default)
+
+    def check(self) -> None:
+        """Fail before any process starts where the request cannot run: an unknown objective, or a
+        ``family`` that does not resolve or is not of the problem's dtype (naming one costs no survey)."""
+        make_objective(self.settings.objective)
+        if self.family:
+            choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"])
 
 
 @dataclasses.dataclass(frozen=True)
