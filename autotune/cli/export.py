@@ -20,6 +20,7 @@ from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import printable, terminal_width
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
+from autotune.gpu_specs import expected_archs
 from autotune.export.shipped import SOURCE
 from autotune.export.writers import WRITERS, writer
 from autotune.gpu_specs import GPUS, gpu_spec
@@ -96,10 +97,14 @@ def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], p
     store = shipped_store(progress) if args.shipped else open_store(args.db, read_only=True)
     source = SOURCE if args.shipped else store.shown_url
     with store:
-        held = sorted({key for key, _, _ in store.gpus()})
+        gpus = store.gpus()
+        held = sorted({key for key, _, _ in gpus})
         if gpu and gpu not in held:
+            archs = expected_archs(gpu) or ()
+            kin = sorted({key for key, _, arch in gpus if arch in archs})
+            hint = f"; {', '.join(kin)} ({archs[0]}, the same architecture) has some: --arch {archs[0]}" if kin else ""
             raise InputError("--gpu", gpu, f"a GPU with tuned results in {source}: "
-                             + (", ".join(held) if held else no_results_hint(store)))
+                             + (", ".join(held) if held else no_results_hint(store)) + hint)
         for line in ignored_environments(store, gpu=gpu, arch=args.arch):
             print(f"autotune: {line}", file=sys.stderr)
         table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress)
