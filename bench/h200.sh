@@ -20,6 +20,9 @@
 #   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)
+#   bench/h200.sh llama-mlp             examples/llama_mlp: a Llama MLP block (4096 -> 14336 -> 4096) on
+#                                       autotune.torch against plain PyTorch, both under torch.compile, for
+#                                       LLAMA_MLP_DTYPES (default f16 bf16) at LLAMA_MLP_TOKENS (default 1,16,128,1024,4096)
 #   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
 #                                       CUDALIB_DIR, default $BUILD/cudalib, unless it holds one), build it with
 #                                       CMake, run its example and bench/export_check.cpp against cuBLAS
@@ -97,6 +100,12 @@ while [ $# -gt 0 ]; do
     runtime)
         python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
         python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        ;;
+    llama-mlp)
+        for dtype in ${LLAMA_MLP_DTYPES:-f16 bf16}; do
+            python3 examples/llama_mlp/llama_mlp.py --dtype "$dtype" --tokens "${LLAMA_MLP_TOKENS:-1,16,128,1024,4096}" \
+                --json "$OUT/llama_mlp_$dtype.json" 2>&1 | tee "$OUT/llama_mlp_$dtype.log" || status=1
+        done
         ;;
     first-call)
         python3 bench/first_call.py --out "$OUT" --shape "${FIRST_CALL_SHAPE:-4096}" 2>&1 | tee "$OUT/first_call.log" || status=1

@@ -5,7 +5,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 # The pipeline, first to last; modules at the top of the package are the ground floor every stage stands on.
-STAGES = ("ground", "space", "kernel", "gpu", "results", "search", "select", "export", "runtime", "cli")
+STAGES = ("ground", "space", "kernel", "gpu", "results", "search", "select", "export", "runtime", "torch", "cli")
 LAZY_RE_EXPORTS = {("autotune", "autotune.runtime")}  # autotune.gemm & co., imported on first use
 
 

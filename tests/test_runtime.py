@@ -139,7 +139,8 @@ def test_mixed_dtypes_fall_back(runtime):
 
 @pytest.mark.parametrize("shapes, fragment", [
     (((4, 5), (6, 7)), "b.shape"),
-    (((4, 5, 1), (5, 7)), "a.shape"),
+    (((4, 5, 1), (5, 7)), "b.shape"),  # a's rows are 20 of 1 column
+    (((4, 5), (5, 7, 1)), "b.shape"),
 ])
 def test_shapes_that_do_not_chain_are_errors(runtime, shapes, fragment):
     rt, device = runtime
@@ -147,6 +148,23 @@ def test_shapes_that_do_not_chain_are_errors(runtime, shapes, fragment):
     with pytest.raises(InputError, match=fragment):
         rt.gemm(a, b)
     assert device.calls == []
+
+
+def test_activations_of_more_dimensions_are_one_matrix_of_their_rows(runtime):
+    rt, device = runtime
+    rng = numpy.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 64)).astype(numpy.float32)
+    b = rng.standard_normal((64, 32)).astype(numpy.float32)
+    product = rt.gemm(a, b)
+    assert product.shape == (2, 3, 32)
+    numpy.testing.assert_allclose(product, a @ b, rtol=1e-5, atol=1e-5)
+    assert rt.explain(a, b).shape == (6, 32, 64)
+    out = numpy.full((2, 3, 32), numpy.nan, numpy.float32)
+    assert rt.gemm(a, b, out=out) is out
+    numpy.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(InputError, match=r"a\.shape.*C-contiguous"):
+        rt.gemm(a.transpose(1, 0, 2), b)
+    assert len(device.calls) == 2
 
 
 def test_wrong_out_shape_is_an_error(runtime):

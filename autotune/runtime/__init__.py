@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
-from autotune.runtime.operands import Operand, overlaps, refuse_host_memory
+from autotune.runtime.operands import Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory
 from autotune.runtime.sources import check_arch, choose_table
 from autotune.select.kernel_table import KernelTable, read_table
 
@@ -55,9 +55,13 @@ class Runtime:
         return self._choice
 
     def gemm(self, a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        """``out = alpha * a @ b + beta * out``; a new ``out`` when none is given (then beta must be 0)."""
-        left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
-        result, target = self._output(left, right, out, a, beta)
+        """``out = alpha * a @ b + beta * out``; a new ``out`` when none is given (then beta must be 0).
+        An ``a`` of more than two dimensions (``... x k``) is one ``m x k`` matrix of its rows, and the
+        result (or ``out``) is ``... x n``."""
+        batch = _batch_shape(a, out)
+        left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
+        refuse_autograd(a, b)
+        result, target = self._output(left, right, flat_rows(out, "out"), a, beta)
         _refuse_aliasing(left, right, target)
         decision = self._decide(left, right, target)
         stream = self.device.stream(a)
@@ -65,10 +69,13 @@ class Runtime:
             self.device.cublas(left, right, target, alpha, beta, stream)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
-        return result
+        if out is not None:
+            return out
+        return result if batch is None else result.reshape(*batch, result.shape[-1])
 
     def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
         """What :meth:`gemm` would run for these operands, and why."""
+        a, out = flat_rows(a, "a"), flat_rows(out, "out")
         left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
         target = self.device.operand(out, "out") if out is not None else _like(left, right)
         _refuse_aliasing(left, right, target)
@@ -90,6 +97,12 @@ class Runtime:
         if decision is None:
             decision = self._decisions[key] = decide(self.choice, a, b, c)
         return decision
+
+
+def _batch_shape(a: Any, out: Any) -> tuple[int, ...] | None:
+    """The dimensions of an ``a`` of more than two but its last (None for a matrix, or where ``out`` is given)."""
+    shape = getattr(a, "shape", ())
+    return tuple(shape[:-1]) if len(shape) > 2 and out is None else None
 
 
 def _refuse_aliasing(a: Operand, b: Operand, out: Operand) -> None:

@@ -21,7 +21,7 @@ import numpy
 from autotune.errors import AutotuneError
 from autotune.export.compile import compile_table_kernel
 from autotune.gpu.launch import KernelLaunch, load_kernel
-from autotune.runtime.operands import Operand, as_cupy, describe, is_torch
+from autotune.runtime.operands import Operand, as_cupy, describe, is_torch, refuse_unscaled, torch_operand
 from autotune.select.kernel_table import TableError, TableKernel
 
 
@@ -44,16 +44,19 @@ class CupyDevice:
     # -- operands ----------------------------------------------------------------------
 
     def operand(self, value: Any, what: str) -> Operand:
+        if is_torch(value):
+            return torch_operand(value, what)
         array = as_cupy(value, what)
         return describe(array, array.data.device_id, array.data.ptr)
 
     def empty(self, m: int, n: int, like: Operand, original: Any) -> tuple[Any, Any]:
-        """``(what the caller gets, its CuPy view)``: a torch tensor for torch inputs, else a CuPy array."""
+        """``(what the caller gets, what the device computes on)``: a torch tensor for torch inputs, else a
+        CuPy array."""
         if is_torch(original):
             import torch
 
             tensor = torch.empty((m, n), dtype=original.dtype, device=original.device)
-            return tensor, self.cupy.asarray(tensor)
+            return tensor, tensor
         with self.cupy.cuda.Device(like.device):
             array = self.cupy.empty((m, n), dtype=like.array.dtype)
         return array, array
@@ -80,9 +83,9 @@ class CupyDevice:
         launch = self._launches.get((kernel.name, m, n, k)) or self._prepare(kernel, arch, m, n, k)
         if self.cupy.cuda.runtime.getDevice() != self.index:
             with self.cupy.cuda.Device(self.index):
-                launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.array.itemsize, alpha, beta)
+                launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.itemsize, alpha, beta)
             return
-        launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.array.itemsize, alpha, beta)
+        launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.itemsize, alpha, beta)
 
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
@@ -93,6 +96,10 @@ class CupyDevice:
             self._cublas(a, b, c, alpha, beta)
 
     def _cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float) -> None:
+        if all(is_torch(operand.array) for operand in (a, b, c)):
+            _torch_gemm(a, b, c, alpha, beta)
+            return
+        a, b, c = (self._as_cupy(operand) for operand in (a, b, c))
         if alpha == 1 and beta == 0:
             self.cupy.matmul(a.array, b.array, out=c.array)
             return
@@ -106,6 +113,13 @@ class CupyDevice:
             c.array[...] = alpha * product
         else:
             c.array[...] = alpha * product + beta * c.array
+
+    def _as_cupy(self, operand: Operand) -> Operand:
+        """A torch operand as a CuPy view (a call mixing torch tensors with other arrays); others as they are."""
+        if not is_torch(operand.array):
+            return operand
+        refuse_unsupported(operand)
+        return operand._replace(array=self.cupy.asarray(operand.array.detach()))
 
     def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> KernelLaunch:
         """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""
@@ -148,6 +162,20 @@ def load_table_kernel(kernel: TableKernel, arch: str, load: Callable[[bytes], An
         warnings.warn(f"autotune: the CUDA driver refused the table's cubin of {kernel.name} ({error}); "
                       "using one compiled by the installed NVRTC", RuntimeWarning, stacklevel=2)
         return load(rebuilt)
+
+
+def _torch_gemm(a: Operand, b: Operand, c: Operand, alpha: float, beta: float) -> None:
+    """``c = alpha * a @ b + beta * c`` by PyTorch (cuBLAS underneath) on its current stream; beta 0 ignores c."""
+    import torch
+
+    refuse_unsupported(a)
+    with torch.no_grad():
+        c.array.addmm_(a.array, b.array, beta=beta, alpha=alpha)
+
+
+def refuse_unsupported(operand: Operand) -> None:
+    """InputError for a torch dtype no GEMM library here multiplies without more arguments (fp8 needs scales)."""
+    refuse_unscaled(operand.dtype_name)
 
 
 class HostDevice:

@@ -1,8 +1,10 @@
 """Arrays from any GPU library as operands: CuPy arrays, ``__cuda_array_interface__``, DLPack.
 
-Nothing is copied: a PyTorch CUDA tensor becomes a CuPy view of the same memory.
-An array in host memory (NumPy, a CPU tensor) is refused with what to pass
-instead, and so is an output whose memory overlaps an input's.
+Nothing is copied: a PyTorch CUDA tensor is described by its data pointer and
+strides (a Parameter or a tensor that requires grad included), anything else
+becomes a CuPy view of the same memory. An array in host memory (NumPy, a CPU
+tensor) is refused with what to pass instead, and so is an output whose memory
+overlaps an input's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ _DTYPES = {numpy.dtype(numpy.float32): "f32", numpy.dtype(numpy.float16): "f16"}
 class Operand(NamedTuple):
     """One matrix of a call, as the dispatcher sees it (a tuple: cheap to make on every call)."""
 
-    array: Any  # what the device computes on: a cupy.ndarray (a numpy.ndarray on the host device)
+    array: Any  # what the device computes on: a cupy.ndarray or a torch.Tensor (a numpy.ndarray on the host device)
     shape: tuple[int, ...]
     element: Any  # the array's numpy dtype
     row_major: bool  # C-contiguous
@@ -32,7 +34,11 @@ class Operand(NamedTuple):
     @property
     def dtype_name(self) -> str:
         """``"float32"``, ``"bfloat16"``, ...: for messages."""
-        return str(self.element)
+        return str(self.element).removeprefix("torch.")
+
+    @property
+    def itemsize(self) -> int:
+        return self.array.itemsize
 
 
 def refuse_host_memory(value: Any, what: str) -> None:
@@ -48,6 +54,48 @@ def refuse_host_memory(value: Any, what: str) -> None:
                          "a GPU array: cupy.asarray(x) copies a NumPy array to the GPU")
 
 
+def refuse_unscaled(dtype_name: str) -> None:
+    """InputError for a dtype no GEMM here multiplies without more arguments: fp8 needs scales."""
+    if "float8" in dtype_name:
+        from autotune.errors import InputError
+
+        raise InputError("dtype", dtype_name.removeprefix("torch."), "float32, float16 or bfloat16 (an fp8 GEMM "
+                         "needs scales: torch._scaled_mm)")
+
+
+def flat_rows(value: Any, what: str) -> Any:
+    """``value`` (``... x cols``, C-contiguous) as one ``rows x cols`` matrix, a view of the same memory;
+    a matrix, or None, as it is. InputError where no view can be made (the rows are not laid out one
+    after another)."""
+    shape = getattr(value, "shape", None)
+    if shape is None or len(shape) <= 2:
+        return value
+    from autotune.errors import InputError
+
+    contiguous = value.is_contiguous() if is_torch(value) else getattr(getattr(value, "flags", None),
+                                                                         "c_contiguous", False)
+    if not contiguous:
+        raise InputError(f"{what}.shape", tuple(shape), "a matrix, or a C-contiguous array of more dimensions "
+                         "(its rows are one matrix's): .contiguous() makes one")
+    return value.reshape(-1, shape[-1])
+
+
+def refuse_autograd(*values: Any) -> None:
+    """InputError for a PyTorch tensor that requires grad while grad mode is on: :func:`autotune.gemm` records
+    nothing for autograd (``autotune.torch.gemm`` does; under ``torch.no_grad()`` or ``inference_mode`` any
+    tensor is taken)."""
+    if not any(is_torch(value) and value.requires_grad for value in values):
+        return
+    import torch
+
+    if torch.is_grad_enabled():
+        from autotune.errors import InputError
+
+        raise InputError("a, b", "a tensor that requires grad (grad mode is on)",
+                         "autotune.torch.gemm, which autograd can differentiate, or a call under "
+                         "torch.no_grad() or torch.inference_mode()")
+
+
 def overlaps(x: Operand, y: Operand) -> bool:
     """Whether the memory ranges of two operands' elements overlap (they are on one device)."""
     if x.array is None or y.array is None or x.device != y.device:
@@ -60,11 +108,17 @@ def _extent(operand: Operand) -> tuple[int, int]:
     """The first byte of ``operand``'s elements and the byte past its last."""
     array = operand.array
     low = high = operand.pointer
-    for size, stride in zip(array.shape, array.strides):
+    for size, stride in zip(array.shape, _byte_strides(array)):
         if size == 0:
             return operand.pointer, operand.pointer
         low, high = low + min(0, (size - 1) * stride), high + max(0, (size - 1) * stride)
     return low, high + array.itemsize
+
+
+def _byte_strides(array: Any) -> tuple[int, ...]:
+    if is_torch(array):
+        return tuple(stride * array.itemsize for stride in array.stride())
+    return array.strides
 
 
 def describe(array: Any, device: int, pointer: int) -> Operand:
@@ -74,6 +128,29 @@ def describe(array: Any, device: int, pointer: int) -> Operand:
 
 def is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
+
+
+def torch_operand(tensor: Any, what: str) -> Operand:
+    """An Operand for a PyTorch CUDA tensor, read from the tensor itself (pointer, strides, device): no
+    CuPy view, so a Parameter or a tensor that requires grad is described like any other."""
+    refuse_host_memory(tensor, what)
+    element = _TORCH_DTYPES.get(tensor.dtype, tensor.dtype)
+    return Operand(tensor, tuple(tensor.shape), element, tensor.is_contiguous(), tensor.data_ptr(),
+                   tensor.device.index)
+
+
+class _TorchDtypes(dict):
+    """torch dtype -> the numpy dtype of the same name, for the dtypes tuned kernels take (filled on first use)."""
+
+    def get(self, key, default=None):
+        if not self:
+            import torch
+
+            self.update({torch.float32: numpy.dtype(numpy.float32), torch.float16: numpy.dtype(numpy.float16)})
+        return super().get(key, default)
+
+
+_TORCH_DTYPES = _TorchDtypes()
 
 
 def as_cupy(value: Any, what: str):

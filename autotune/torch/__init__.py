@@ -1,0 +1,18 @@
+"""autotune for PyTorch: the ``autotune::gemm`` operator, and ``nn.Linear`` layers that run it.
+
+``autotune.torch.gemm(a, b, c=None, alpha=1.0, beta=0.0)`` is ``alpha * a @ b + beta * c`` as a
+PyTorch operator (``torch.ops.autotune.gemm``): autograd differentiates it, ``torch.compile``
+traces it (``fullgraph=True`` included), and on a CUDA tensor it runs the tuned kernel the
+runtime's table picks for its shape, on PyTorch's current stream. Whatever no tuned kernel
+serves (bfloat16, a transposed ``b``, a CPU tensor, a shape the table leaves to cuBLAS) runs on
+PyTorch's own matmul. ``a`` may have leading batch dimensions (``... x k``).
+
+:class:`Linear` is an ``nn.Linear`` whose weight is stored transposed (its ``weight`` is still
+``out x in``, a view), so that ``x @ weight.T`` is a row-major product a tuned kernel serves;
+:func:`use_autotune` turns every ``nn.Linear`` of a model into one, in place.
+"""
+
+from autotune.torch.linear import Linear, use_autotune
+from autotune.torch.ops import gemm
+
+__all__ = ["gemm", "Linear", "use_autotune"]

@@ -1,0 +1,58 @@
+"""``nn.Linear`` on tuned kernels: a weight stored transposed, so ``x @ weight.T`` is row-major.
+
+``nn.Linear`` keeps its weight ``out x in`` row-major, and its product ``x @ weight.T`` then reads
+``b`` transposed, which no tuned kernel takes. :class:`Linear` keeps the same parameter, of the
+same shape, with its elements laid out ``in x out`` row-major: ``weight.T`` is then a row-major
+matrix, and the product runs :func:`autotune.torch.gemm` with no copy. State dicts, optimizers and
+``load_state_dict`` see an ordinary ``out x in`` parameter.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from autotune.torch.ops import gemm
+
+__all__ = ["Linear", "use_autotune"]
+
+
+class Linear(nn.Linear):
+    """A drop-in ``nn.Linear`` (same arguments, parameters and state dict) whose product runs
+    :func:`autotune.torch.gemm`."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        relay_weight(self)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Linear":
+        """``linear`` turned into a :class:`Linear` in place: the same parameter objects (an optimizer that
+        holds them goes on working), the weight's elements laid out anew."""
+        linear.__class__ = cls
+        relay_weight(linear)
+        return linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight_t = self.weight.t()
+        if not weight_t.is_contiguous():  # a weight assigned since (load_state_dict(assign=True), say)
+            relay_weight(self)
+            weight_t = self.weight.t()
+        return gemm(x, weight_t, self.bias, 1.0, 1.0)
+
+
+def relay_weight(linear: nn.Linear) -> None:
+    """Store ``linear.weight``'s elements ``in x out`` row-major, keeping the parameter and its values."""
+    with torch.no_grad():
+        weight = linear.weight
+        if not weight.t().is_contiguous():
+            weight.data = weight.data.t().contiguous().t()
+
+
+def use_autotune(module: nn.Module) -> nn.Module:
+    """Every ``nn.Linear`` in ``module`` (itself included) turned into a :class:`Linear`, in place; returns
+    ``module``. The parameters stay the same objects, with the same values."""
+    for layer in module.modules():
+        if type(layer) is nn.Linear:
+            Linear.from_linear(layer)
+    return module

@@ -1,0 +1,140 @@
+"""autotune for PyTorch on the CPU: the autotune::gemm operator (opcheck, autograd, torch.compile), its
+errors, and Linear layers whose weight is laid out for a row-major product (GPU runs: test_gpu_torch.py)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[test]' installs it")
+
+import autotune.torch as at  # noqa: E402
+from autotune.errors import InputError  # noqa: E402
+from autotune.runtime.operands import refuse_autograd  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _operands(dtype, batch=(3, 4), k=8, n=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(*batch, k, generator=generator).to(dtype).requires_grad_()
+    b = torch.randn(k, n, generator=generator).to(dtype).requires_grad_()
+    c = torch.randn(n, generator=generator).to(dtype).requires_grad_()
+    return a, b, c
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_passes_for_every_dtype_with_and_without_c(dtype):
+    a, b, c = _operands(dtype)
+    torch.library.opcheck(torch.ops.autotune.gemm.default, (a, b, c, 1.5, 0.5))
+    torch.library.opcheck(torch.ops.autotune.gemm.default, (a, b, None, 1.0, 0.0))
+    torch.library.opcheck(torch.ops.autotune.gemm.default, (a[0], b.t().contiguous().t(), None, 2.0, 0.0))
+
+
+def test_the_product_and_its_gradients_are_addmm_s():
+    a, b, c = _operands(torch.float64, batch=(2, 3))
+    result = at.gemm(a, b, c, alpha=1.5, beta=0.5)
+    assert result.shape == (2, 3, 5)
+    torch.testing.assert_close(result, 1.5 * a @ b + 0.5 * c)
+    assert torch.autograd.gradcheck(lambda a, b, c: at.gemm(a, b, c, 1.5, 0.5), (a, b, c))
+    assert torch.autograd.gradcheck(lambda a, b: at.gemm(a, b), (a, b))
+
+
+def test_beta_zero_ignores_c_and_no_c_ignores_beta():
+    a, b, _ = _operands(torch.float32)
+    nan = torch.full((5,), float("nan"))
+    with torch.no_grad():
+        torch.testing.assert_close(at.gemm(a, b, nan, 1.0, 0.0), a @ b)
+        torch.testing.assert_close(at.gemm(a, b, None, 2.0, 7.0), 2 * a @ b)
+
+
+def test_torch_compile_traces_the_operator_in_one_graph():
+    layer = at.Linear(8, 5)
+    x = torch.randn(4, 8)
+    compiled = torch.compile(lambda x: layer(x).relu(), fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), torch.nn.functional.linear(x, layer.weight, layer.bias).relu())
+
+
+@pytest.mark.parametrize("call, fragments", [
+    (lambda: at.gemm(torch.ones(2, 3, dtype=torch.float8_e4m3fn), torch.ones(3, 4, dtype=torch.float8_e4m3fn)),
+     ("float8_e4m3fn", "bfloat16", "_scaled_mm")),
+    (lambda: at.gemm(torch.ones(2, 3), torch.ones(3, 4, dtype=torch.float16)), ("b.dtype", "float16", "float32")),
+    (lambda: at.gemm(torch.ones(2, 3), torch.ones(4, 4)), ("b.shape", "(4, 4)", "3 rows")),
+    (lambda: at.gemm(torch.ones(3), torch.ones(3, 4)), ("a.shape", "two or more")),
+    (lambda: at.gemm(torch.ones(2, 3), torch.ones(3, 4), torch.ones(3)), ("c.shape", "(3,)", "(2, 4)")),
+])
+def test_what_no_gemm_takes_is_one_clear_error(call, fragments):
+    with pytest.raises(InputError) as raised:
+        call()
+    message = str(raised.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_linear_keeps_nn_linear_s_parameters_and_state_dict():
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(16, 8)
+    layer = at.Linear(16, 8)
+    layer.load_state_dict(plain.state_dict())
+    assert layer.weight.shape == (8, 16) and layer.weight.t().is_contiguous()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), plain(x))
+    buffer = io.BytesIO()
+    torch.save(layer.state_dict(), buffer)
+    buffer.seek(0)
+    again = torch.nn.Linear(16, 8)
+    again.load_state_dict(torch.load(buffer))
+    torch.testing.assert_close(again.weight, plain.weight)
+
+
+def test_use_autotune_turns_a_model_s_linears_in_place_and_training_goes_on():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 4, bias=False))
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 4, bias=False))
+    reference.load_state_dict(model.state_dict())
+    parameters = list(model.parameters())
+    optimizer = torch.optim.SGD(parameters, lr=0.1)
+    assert at.use_autotune(model) is model
+    assert [type(layer) for layer in model] == [at.Linear, torch.nn.SiLU, at.Linear]
+    assert list(model.parameters()) == parameters  # the same objects: the optimizer still holds them
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x = torch.randn(6, 8)
+    for net, opt in ((model, optimizer), (reference, reference_optimizer)):
+        loss = net(x).square().sum()
+        loss.backward()
+        opt.step()
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(mine, theirs)
+    assert model[0].weight.t().is_contiguous()  # the step kept the layout
+
+
+def test_a_weight_assigned_later_is_laid_out_again():
+    layer = at.Linear(4, 3)
+    layer.load_state_dict(torch.nn.Linear(4, 3).state_dict(), assign=True)
+    assert not layer.weight.t().is_contiguous()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        torch.testing.assert_close(layer(x), expected)
+    assert layer.weight.t().is_contiguous()
+
+
+def test_the_runtime_refuses_host_tensors_numpy_and_untracked_grads_in_one_line():
+    import autotune
+
+    for a, fragment in ((torch.ones(2, 2), "x.cuda()"), (numpy.ones((2, 2), numpy.float32), "cupy.asarray")):
+        with pytest.raises(InputError, match=r"cuda\(\)|cupy\.asarray") as raised:
+            autotune.gemm(a, a)
+        assert fragment in str(raised.value)
+    weight = torch.nn.Parameter(torch.ones(2, 2))
+    with pytest.raises(InputError, match="autotune.torch.gemm"):
+        refuse_autograd(torch.ones(2, 2), weight)
+    with torch.no_grad():
+        refuse_autograd(weight)
+    with torch.inference_mode():
+        refuse_autograd(weight)
