@@ -69,6 +69,8 @@ def skip_reason(line: Line) -> str | None:
         return "installs packages (tests/test_wheel.py builds and installs the wheel)"
     if words[0] == "cmake":
         return "builds the exported C library with a C compiler (tests/test_export_cuda.py builds one)"
+    if words[0] == "python" and words[1].startswith("examples/"):
+        return "an example that runs on a CUDA GPU"
     if words[0] == "python" and words[1] != "-c":
         return "a maintainer's tool (python -m ...), which writes into autotune's own folders"
     if words[0] != "autotune":
