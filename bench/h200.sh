@@ -20,6 +20,9 @@
 #   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)
+#   bench/h200.sh tune-on-miss          autotune.tune_on_miss at a shape nobody tuned (TUNE_SHAPE, default 3072^3,
+#                                       TUNE_DTYPE f32, TUNE_TRIALS 30, TUNE_TIMEOUT 60 s): calls go on while the
+#                                       background search runs, then move to its table (bench/tune_on_miss.py)
 #   bench/h200.sh llama-mlp             examples/llama_mlp: a Llama MLP block (4096 -> 14336 -> 4096) on
 #                                       autotune.torch against plain PyTorch, both under torch.compile, for
 #                                       LLAMA_MLP_DTYPES (default f16 bf16) at LLAMA_MLP_TOKENS (default 1,16,128,1024,4096)
@@ -100,6 +103,10 @@ while [ $# -gt 0 ]; do
     runtime)
         python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
         python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        ;;
+    tune-on-miss)
+        python3 bench/tune_on_miss.py --out "$OUT" --shape "${TUNE_SHAPE:-3072x3072x3072}" --dtype "${TUNE_DTYPE:-f32}" \
+            --trials "${TUNE_TRIALS:-30}" --timeout "${TUNE_TIMEOUT:-60}" 2>&1 | tee "$OUT/tune_on_miss.log" || status=1
         ;;
     llama-mlp)
         for dtype in ${LLAMA_MLP_DTYPES:-f16 bf16}; do

@@ -16,17 +16,20 @@ that shares memory with ``a`` or ``b``.
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
 from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
 from autotune.runtime.operands import Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory
-from autotune.runtime.sources import check_arch, choose_table
+from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
+from autotune.runtime.tuning import Tuner, TuningSettings, search_commands
 from autotune.select.kernel_table import KernelTable, read_table
 
-__all__ = ["Runtime", "gemm", "matmul", "explain", "load", "Decision"]
+__all__ = ["Runtime", "gemm", "matmul", "explain", "load", "tune_on_miss", "Decision"]
 
 
 class Runtime:
@@ -38,12 +41,44 @@ class Runtime:
         table: a kernel table to use instead of looking one up (with the text that says where it is from).
     """
 
-    def __init__(self, device, table: tuple[KernelTable, str] | None = None):
+    def __init__(self, device, table: tuple[KernelTable, str] | None = None, tuning: TuningSettings | None = None,
+                 commands=None):
         self.device = device
         self._loaded = table
         self._choice: TableChoice | None = None
         self._decisions: dict[tuple, Decision] = {}
         self._lock = threading.Lock()
+        self.tuner: Tuner | None = None
+        if tuning is not None:
+            self.tune(tuning, commands)
+
+    def tune(self, settings: TuningSettings | None, commands=None) -> None:
+        """Search the shapes this runtime misses in the background (:mod:`autotune.runtime.tuning`), within
+        ``settings``' budget; None stops queueing new ones. ``commands(dtype, shape)`` gives what a search
+        runs (:func:`~autotune.runtime.tuning.search_commands` by default)."""
+        if settings is None:
+            self.tuner = None
+            return
+        if self._loaded is not None or os.environ.get(TABLE_VARIABLE):
+            warnings.warn("autotune: no tuning on a miss with a table file loaded (autotune.load or "
+                          f"${TABLE_VARIABLE}): a search's results go to the results database, whose table "
+                          "the runtime then does not read", RuntimeWarning, stacklevel=3)
+            return
+        if commands is None:
+            def commands(dtype, shape):
+                from autotune.results import default_url
+
+                return search_commands(dtype, shape, self.device.index, default_url(), settings)
+
+        from autotune.kernel.compile import cache_dir
+
+        self.tuner = Tuner(settings, commands, self._table_again, cache_dir() / "tuning" / f"{os.getpid()}.log")
+
+    def _table_again(self) -> None:
+        """Build the table again (a search has added results) and use it for the calls that follow."""
+        choice = choose_table(self.device.name, self.device.arch, self.device.index, self._loaded)
+        with self._lock:
+            self._choice, self._decisions = choice, {}
 
     @property
     def choice(self) -> TableChoice:
@@ -96,6 +131,9 @@ class Runtime:
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._decisions[key] = decide(self.choice, a, b, c)
+            tuner = self.tuner
+            if decision.missed and tuner is not None:
+                tuner.request(decision.dtype, decision.shape)
         return decision
 
 
@@ -143,6 +181,25 @@ def load(path: str | Path) -> KernelTable:
     return table
 
 
+_tuning: tuple[TuningSettings | None] | None = None  # set by tune_on_miss; None: as $AUTOTUNE_TUNE says
+
+
+def tune_on_miss(enabled: bool = True, trials: int = 40, timeout_s: float = 180.0, max_searches: int = 16) -> None:
+    """Search, in the background, each shape a call meets that the table was not tuned at (or stop).
+
+    Calls go on as before (the nearest tuned shape's kernel, or cuBLAS) and never wait; each missed shape
+    is searched once, one at a time, ``trials`` evaluations or ``timeout_s`` seconds each, at most
+    ``max_searches`` per process, into the user's results database, whose table the calls that follow
+    use. ``AUTOTUNE_TUNE=1`` does the same with these defaults. See :mod:`autotune.runtime.tuning`.
+    """
+    global _tuning
+    settings = TuningSettings(trials, timeout_s, max_searches) if enabled else None
+    with _lock:
+        _tuning = (settings,)
+        for runtime in _runtimes.values():
+            runtime.tune(settings)
+
+
 def runtime_for(device_index: int) -> Runtime:
     """The runtime of CUDA device ``device_index`` (made on first use)."""
     runtime = _runtimes.get(device_index)
@@ -152,7 +209,8 @@ def runtime_for(device_index: int) -> Runtime:
         with _lock:
             runtime = _runtimes.get(device_index)
             if runtime is None:
-                runtime = _runtimes[device_index] = Runtime(CupyDevice(device_index), _loaded_table)
+                tuning = _tuning[0] if _tuning is not None else TuningSettings.from_environment()
+                runtime = _runtimes[device_index] = Runtime(CupyDevice(device_index), _loaded_table, tuning)
     return runtime
 
 

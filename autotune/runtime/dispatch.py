@@ -43,6 +43,7 @@ class Decision:
     reason: str  # why this kernel, or why cuBLAS
     table_note: str
     pick: TablePick | None = None
+    missed: bool = False  # a tuned kernel could serve the call, but the table was not tuned at its shape
 
     @property
     def uses_cublas(self) -> bool:
@@ -77,8 +78,8 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     shape = gemm_shape(a, b, c)
     dtype = a.dtype
 
-    def fallback(reason: str) -> Decision:
-        return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note)
+    def fallback(reason: str, missed: bool = False) -> Decision:
+        return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note, missed=missed)
 
     if not (a.element == b.element == c.element):
         return fallback(f"the dtypes differ ({a.dtype_name}, {b.dtype_name}, {c.dtype_name}); tuned kernels take "
@@ -95,17 +96,18 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
         return fallback(f"{m}x{n}x{k} has a matrix of more than 2^31 - 1 elements (kernels index with int32)")
     table = choice.table
     if table is None:
-        return fallback("no tuned results are known for this GPU")
+        return fallback("no tuned results are known for this GPU", missed=True)
     dtype_table = table.dtypes.get(dtype)
     if dtype_table is None or not dtype_table.rules:
-        return fallback(f"the table for {table.scope} has no {dtype} kernels")
+        return fallback(f"the table for {table.scope} has no {dtype} kernels", missed=True)
     outside = dtype_table.outside(m, n, k)
     if outside:
-        return fallback(outside)
+        return fallback(outside, missed=True)
     pick = dtype_table.pick(m, n, k)
     rule, kernel = pick.rule, dtype_table.kernel(pick.kernel)
+    missed = rule.shape != shape
     if pick.cublas:
-        return Decision(dtype, shape, None, rule, _cublas_reason(dtype_table, pick, shape), choice.note, pick)
+        return Decision(dtype, shape, None, rule, _cublas_reason(dtype_table, pick, shape), choice.note, pick, missed)
     if rule.shape == shape:
         why = f"tuned at this shape ({_quality(rule, pick.measured)})"
     else:
@@ -113,7 +115,7 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
                f"({_quality(rule, pick.measured)}{_predicted(pick)})")
     if pick.measured != pick.kernel:
         why += f"; {pick.measured} is built for whole tiles, this is its build for any shape"
-    return Decision(dtype, shape, kernel, rule, why, choice.note, pick)
+    return Decision(dtype, shape, kernel, rule, why, choice.note, pick, missed)
 
 
 def _quality(rule: TableRule, kernel: str) -> str:
