@@ -82,6 +82,7 @@ def test_a_missed_shape_is_searched_in_the_background_and_served_afterwards(user
     gate.touch()
     assert runtime.tuner.wait(120)
     assert runtime.tuner.finished == [("f32", MISSED, 0)]
+    assert ("warm", runtime.explain(a, b).kernel.name) in runtime.device.calls  # loaded before a call needs it
     after = runtime.explain(a, b)
     assert not after.missed and not after.uses_cublas and after.reason.startswith("tuned at this shape")
     assert after.rule.shape == MISSED and before.rule.shape != MISSED
@@ -98,7 +99,7 @@ def test_a_shape_is_asked_for_once_and_the_budget_of_searches_holds(tmp_path):
         ran.append(shape)
         return [[sys.executable, "-c", "pass"]]
 
-    tuner = Tuner(TuningSettings(max_searches=2), commands, lambda: None, tmp_path / "tuning.log")
+    tuner = Tuner(TuningSettings(max_searches=2), commands, lambda dtype, shape: None, tmp_path / "tuning.log")
     assert tuner.request("f32", (10, 20, 30)) and not tuner.request("f32", (10, 20, 30))
     assert tuner.request("f16", (10, 20, 30)) and not tuner.request("f32", (1, 2, 3))
     assert tuner.wait(60)
@@ -108,10 +109,10 @@ def test_a_shape_is_asked_for_once_and_the_budget_of_searches_holds(tmp_path):
 def test_a_failing_search_is_logged_and_the_table_is_kept(tmp_path):
     tuned = []
     tuner = Tuner(TuningSettings(), lambda dtype, shape: [[sys.executable, "-c", "print('no GPU'); raise SystemExit(4)"]],
-                  lambda: tuned.append(True), tmp_path / "tuning.log")
+                  lambda dtype, shape: tuned.append(shape), tmp_path / "tuning.log")
     tuner.request("f32", (64, 64, 64))
     assert tuner.wait(60)
-    assert tuner.finished == [("f32", (64, 64, 64), 4)]
+    assert tuner.finished == [("f32", (64, 64, 64), 4)] and tuned == [(64, 64, 64)]
     log = (tmp_path / "tuning.log").read_text()
     assert "no GPU" in log and "exit code 4" in log
 

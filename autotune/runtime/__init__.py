@@ -74,9 +74,15 @@ class Runtime:
 
         self.tuner = Tuner(settings, commands, self._table_again, cache_dir() / "tuning" / f"{os.getpid()}.log")
 
-    def _table_again(self) -> None:
-        """Build the table again (a search has added results) and use it for the calls that follow."""
+    def _table_again(self, dtype: str, shape: tuple[int, int, int]) -> None:
+        """Build the table again (a search at ``shape`` has added results), load the kernel it picks there,
+        and use the table for the calls that follow."""
         choice = choose_table(self.device.name, self.device.arch, self.device.index, self._loaded)
+        dtype_table = choice.table.dtypes.get(dtype) if choice.table is not None else None
+        if dtype_table is not None and dtype_table.rules and not dtype_table.outside(*shape):
+            pick = dtype_table.pick(*shape)
+            if not pick.cublas:
+                self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
             self._choice, self._decisions = choice, {}
 

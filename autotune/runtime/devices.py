@@ -87,6 +87,11 @@ class CupyDevice:
             return
         launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.itemsize, alpha, beta)
 
+    def warm(self, kernel: TableKernel, arch: str) -> None:
+        """Load ``kernel`` now (compiling it if its table has no cubin), so that no call waits for it."""
+        if kernel.name not in self._functions:
+            self._load(kernel, arch)
+
     def cublas(self, a: Operand, b: Operand, c: Operand, alpha: float, beta: float, stream) -> None:
         """``c = alpha * a @ b + beta * c`` by cuBLAS, or by CuPy where cuBLAS cannot take the operands."""
         if self.cupy.cuda.runtime.getDevice() == self.index and stream.ptr == self.cupy.cuda.get_current_stream().ptr:
@@ -198,6 +203,9 @@ class HostDevice:
 
     def stream(self, original: Any) -> None:
         return None
+
+    def warm(self, kernel: TableKernel, arch: str) -> None:
+        self.calls.append(("warm", kernel.name))
 
     def launch(self, kernel: TableKernel, arch: str, a: Operand, b: Operand, c: Operand,
                alpha: float, beta: float, stream) -> None:

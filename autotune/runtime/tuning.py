@@ -56,18 +56,18 @@ def search_commands(dtype: str, shape: tuple[int, int, int], device: int, db_url
 
 class Tuner:
     """Searches the shapes a runtime missed, one at a time in a thread of their own, and calls
-    ``on_tuned()`` (which swaps in the new table) after each.
+    ``on_tuned`` (which swaps in the new table) after each.
 
     Args:
         settings: the budget.
         commands: ``(dtype, shape) -> [argv, ...]``, run in turn for each shape (a failing one ends that
             shape's turn); :func:`search_commands` by default.
-        on_tuned: called in the tuning thread once a shape's commands have run.
+        on_tuned: ``on_tuned(dtype, shape)``, called in the tuning thread once a shape's commands have run.
         log: the file the commands' output is appended to.
     """
 
     def __init__(self, settings: TuningSettings, commands: Callable[[str, tuple[int, int, int]], Sequence[list[str]]],
-                 on_tuned: Callable[[], None], log: Path):
+                 on_tuned: Callable[[str, tuple[int, int, int]], None], log: Path):
         self.settings = settings
         self.log = log
         self.requested: list[tuple[str, tuple[int, int, int]]] = []
@@ -103,7 +103,7 @@ class Tuner:
             dtype, shape = self._queue.get()
             code = self._run(dtype, shape)
             try:
-                self._on_tuned()
+                self._on_tuned(dtype, shape)
             except Exception as error:  # noqa: BLE001 - the calls go on with the table they have
                 with self.log.open("a") as log:
                     log.write(f"the table was not built again: {type(error).__name__}: {error}\n")
