@@ -138,3 +138,13 @@ def test_the_runtime_refuses_host_tensors_numpy_and_untracked_grads_in_one_line(
         refuse_autograd(weight)
     with torch.inference_mode():
         refuse_autograd(weight)
+
+
+def test_without_pytorch_the_import_says_what_to_install():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['torch'] = None\nimport autotune.torch"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "autotune.torch needs PyTorch" in result.stderr and "autotune[torch]" in result.stderr

@@ -12,7 +12,12 @@ PyTorch's own matmul. ``a`` may have leading batch dimensions (``... x k``).
 :func:`use_autotune` turns every ``nn.Linear`` of a model into one, in place.
 """
 
-from autotune.torch.linear import Linear, use_autotune
-from autotune.torch.ops import gemm
+try:
+    import torch  # noqa: F401
+except ImportError as error:
+    raise ImportError(f"autotune.torch needs PyTorch ({error}): pip install 'autotune[torch]'") from None
+
+from autotune.torch.linear import Linear, use_autotune  # noqa: E402
+from autotune.torch.ops import gemm  # noqa: E402
 
 __all__ = ["gemm", "Linear", "use_autotune"]
