@@ -59,8 +59,8 @@ def compare(hidden: int, intermediate: int, dtype: torch.dtype, tokens: list[int
     tuned = LlamaMLP(hidden, intermediate, dtype).eval()
     tuned.load_state_dict(plain.state_dict())
     at.use_autotune(tuned)
-    plain_compiled = torch.compile(plain, fullgraph=True, dynamic=False)
-    tuned_compiled = torch.compile(tuned, fullgraph=True, dynamic=False)
+    plain_compiled = torch.compile(plain, fullgraph=True, dynamic=True)  # one graph for every token count
+    tuned_compiled = torch.compile(tuned, fullgraph=True, dynamic=True)
     rows = []
     with torch.inference_mode():
         for count in tokens:
