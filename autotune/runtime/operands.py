@@ -107,6 +107,9 @@ def overlaps(x: Operand, y: Operand) -> bool:
 def _extent(operand: Operand) -> tuple[int, int]:
     """The first byte of ``operand``'s elements and the byte past its last."""
     array = operand.array
+    if operand.row_major and len(operand.shape) == 2:  # one block of rows x cols elements
+        rows, cols = operand.shape
+        return operand.pointer, operand.pointer + rows * cols * operand.itemsize
     low = high = operand.pointer
     for size, stride in zip(array.shape, _byte_strides(array)):
         if size == 0:
