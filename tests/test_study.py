@@ -343,19 +343,37 @@ class BacklogSearch(Search):
         compiles.submit = noting_the_backlog
 
 
-def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
-    """Before TPE has 16 results to learn from, every config is a seed or a random draw: nothing
-    compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
-    from autotune.search.compiling import READY_PER_LANE
+class CompilesFirstWorker(RecordingWorker):
+    """A GPU far behind the compiles (as a warm cubin cache makes it): it starts each candidate only
+    once no compile is in flight (two minutes at most, however slowly a loaded machine compiles)."""
 
-    slow = SlowWorker(worker)
-    search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
-                           ResultStore(f"sqlite:///{tmp_path}/r.db"), slow, SearchSettings(trials=14, jobs=2, seed=1))
-    search.backlog, slow.search = [], search
+    search = None  # the Search it serves
+
+    def run(self, task, timeout_s):
+        import time
+
+        if type(task).__name__ == "KernelTask":
+            deadline = time.monotonic() + 120
+            while self.search.compiles.compiling and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return super().run(task, timeout_s)
+
+
+def test_random_draws_in_flight_count_against_the_opening_and_what_follows_it_is_tpes(tmp_path, worker):
+    """However far the compiles run ahead of the GPU, the opening is n_startup configs (seeds, then
+    random draws); every config evaluated after it is a TPE proposal made from its results."""
+    from autotune.search.draws import N_STARTUP
+
+    gpu_first = CompilesFirstWorker(worker)
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    search = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, gpu_first,
+                    SearchSettings(trials=N_STARTUP + 8, jobs=2, seed=1))
+    gpu_first.search = search
     result = search.run()
-    assert result.evaluated == 14
-    assert max(total for total, _ in search.backlog) > READY_PER_LANE  # random draws piled up; compiling went on
-    assert not search.proposer.learned
+    assert result.evaluated == N_STARTUP + 8
+    assert search.proposer.opened == N_STARTUP
+    evaluated = [t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t)]
+    assert [name in search.proposer.learned for name in evaluated] == [False] * N_STARTUP + [True] * 8
 
 
 def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
