@@ -182,3 +182,36 @@ def test_an_exhausted_space_proposes_nothing():
     last = next(iter(everything))
     assert proposer.random(everything - {last}).name == last
     assert proposer.random(everything) is None
+
+
+def _proposed(seed: int, count: int = 24) -> list[str]:
+    """The configs a proposer gives, one at a time, each measured by the fake backend's fixed rates."""
+    from autotune.gpu.fake_backend import FakeBackend
+
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    proposer = Proposer(space, H200, problem, seed=seed, n_startup=8)
+    study = optuna.create_study()
+    trials, taken, names = [], set(), []
+    for _ in range(count):
+        config = proposer.next(study, trials, taken)
+        names.append(config.name)
+        taken.add(config.name)
+        trials.append(measured(proposer, config, problem.flops / (FakeBackend.kernel_tflops(config.name) * 1e9)))
+    assert len(proposer.learned) == count - 8  # TPE's proposals are part of the sequence
+    return names
+
+
+def test_the_same_seed_proposes_the_same_configs_given_the_same_results():
+    assert _proposed(11) == _proposed(11)
+    assert _proposed(11) != _proposed(12)
+
+
+def test_a_seed_alone_is_the_first_streams_and_other_streams_are_their_own():
+    from autotune.search.draws import SEED_RANGE, stream_seed
+
+    assert stream_seed(11) == stream_seed(11, 0) == 11  # a search in one process: --seed N is its sampler's seed
+    assert stream_seed(SEED_RANGE) == 0  # a sweep's seed per shape (N + its position) wraps round
+    others = [stream_seed(11, device) for device in range(1, 9)]  # processes on GPUs 1..8 sharing a study
+    assert len(set(others)) == 8 and 11 not in others
+    assert others == [stream_seed(11, device) for device in range(1, 9)]  # the same from run to run
+    assert all(0 <= seed < SEED_RANGE for seed in others)

@@ -291,7 +291,7 @@ def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
 def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_line_can_draw_too(tmp_path, worker):
     """The opening fills every compile process before the study opens, and the command line, drawing
     from the same seed, starts the same compiles (the pool then hands them to the search)."""
-    from autotune.search.draws import FeasibleDraws, opening_size, process_seed
+    from autotune.search.draws import FeasibleDraws, opening_size
 
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
     compiling_when_opened = []
@@ -301,7 +301,7 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
     search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=8, jobs=5, seed=3))
-    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(opening_size(5, 8))
+    drawn = FeasibleDraws(space, gpu, problem, 3).opening(opening_size(5, 8))  # --seed 3 alone, one process
     result = search.run()
     assert len(drawn) == 5 and compiling_when_opened == [[config.name for config in drawn]]
     assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 2 random
@@ -390,3 +390,30 @@ def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(
     assert result.evaluated == 24
     assert max(total for total, _ in search.backlog) > READY_PER_LANE  # seeds piled up; compiling went on
     assert all(proposed < READY_PER_LANE for _, proposed in search.backlog)  # proposals never did
+
+
+def test_a_search_s_seed_fixes_its_opening_and_its_first_gpu_its_stream(tmp_path, worker):
+    """--seed N on one process: the sampler's seed is N, so a search's opening is the one N draws and
+    two searches with the same seed (on databases of their own) open alike; a search on GPU 1 draws a
+    stream of its own."""
+    import random
+
+    from autotune.search.draws import N_STARTUP, FeasibleDraws, stream_seed
+
+    class OnDevice(RecordingWorker):
+        device = 1
+
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
+
+    def opening(seed: int, run: str) -> list[str]:
+        store = ResultStore(f"sqlite:///{tmp_path}/{run}.db")
+        result = Search(space, gpu, problem, store, worker, SearchSettings(trials=N_STARTUP, jobs=2, seed=seed)).run()
+        return sorted(t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t))
+
+    first = opening(5, "a")
+    drawn = FeasibleDraws(space, gpu, problem, seed=5).opening(N_STARTUP)
+    assert first == sorted(config.name for config in drawn)
+    assert opening(5, "b") == first and opening(6, "c") != first
+    on_gpu1 = Search(space, gpu, problem, lambda: None, OnDevice(worker), SearchSettings(seed=5))
+    assert on_gpu1.proposer.rng.getstate() == random.Random(stream_seed(5, 1)).getstate() \
+        != random.Random(5).getstate()

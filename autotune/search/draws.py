@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import hashlib
 import itertools
-import os
 import random
 from collections.abc import Iterator, Sequence
 
@@ -26,12 +25,18 @@ from autotune.space.survey import SpaceTooLarge, feasible_configs
 MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
 MAX_LISTED = 1_000_000  # feasible configs listed at most (the first in enumeration order)
 N_STARTUP = 16  # results TPE waits for: the opening's size (fixed configs and random draws together)
+SEED_RANGE = 2**32  # samplers take seeds below this
 
 
-def process_seed(seed: int) -> int:
-    """The sampler's seed in this process: ``seed`` and the process id, so that processes sharing
-    a study explore different configs."""
-    digest = hashlib.sha256(f"{seed}:{os.getpid()}".encode()).digest()
+def stream_seed(seed: int, stream: int = 0) -> int:
+    """The sampler's seed of one process sharing a study: ``seed`` alone for stream 0 (a search in one
+    process, or the first of several), so that ``--seed`` reproduces its proposals given the same
+    results; for other streams a hash of both, so that processes sharing a study explore different
+    configs. A search's stream is its first GPU device (``--device``): the same from run to run,
+    and distinct for the processes of one host."""
+    if stream == 0:
+        return seed % SEED_RANGE
+    digest = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
 
 
