@@ -57,6 +57,49 @@ def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, work
     assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 14
 
 
+def test_trials_carry_their_knobs_as_optuna_params_so_optunas_own_tools_read_the_study(tmp_path, worker):
+    from optuna.distributions import CategoricalDistribution
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
+    result = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=4)).run()
+    study = optuna.load_study(study_name=result.study_name, storage=store.url)  # as optuna-dashboard opens it
+    evaluated = [t for t in study.trials if evaluated_on_gpu(t)]
+    assert len(evaluated) == 12
+    for trial in evaluated:
+        assert space.config(trial.params).name == trial.user_attrs["config"]
+        assert trial.distributions["ROWS"] == CategoricalDistribution(space.knobs["ROWS"])
+    importances = optuna.importance.get_param_importances(study)
+    assert set(importances) == set(space.knobs) and abs(sum(importances.values()) - 1) < 1e-6
+
+
+def test_a_study_whose_trials_hold_their_knobs_as_attributes_only_is_still_read(tmp_path):
+    """Studies written while the knobs were user attributes only resume: TPE and the closing read them."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from autotune.search.study import StudyLedger
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    ResultStore(url).close()
+    space, gpu = SearchSpace(TINY), gpu_spec("h200")
+    old, new = [verdict.config for verdict in space.verdicts(gpu) if verdict.feasible][:2]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "older", ["minimize"], distributions, budget=4)
+    try:
+        written_before = optuna.trial.create_trial(state=TrialState.COMPLETE, value=1.0, user_attrs={
+            "stage": "gpu", "config": old.name, "params": old.as_dict()})
+        ledger.storage.create_new_trial(ledger.study_id, template_trial=written_before)
+        slot = ledger.reserve(new, device=0)
+        ledger.finish(slot.trial_id, {}, (2.0,))
+        view = ledger.view(fresh=True)
+        assert view.taken == {old.name, new.name}
+        assert [trial_params(t) for t in view.measured] == [old.as_dict(), new.as_dict()]
+        assert [t.params for t in view.learnable] == [old.as_dict(), new.as_dict()]
+    finally:
+        ledger.close()
+
+
 def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
     from autotune.gpu.fake_backend import FakeBackend
 
