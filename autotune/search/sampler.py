@@ -14,11 +14,12 @@ stored trial, rejected or not. Here no rejected config is ever a trial:
   counting those of other processes in the study. Then it waits for the opening's results
   (:data:`WAIT`), however fast configs compile: every config after the opening is TPE's,
   proposed from ``n_startup`` results at least (or, where some failed on the GPU, from all there
-  are once nothing of the opening is in flight). Configs in flight (compiling, queued or running on a GPU, in this process or another)
-  are given to TPE as running trials, as Optuna's ``constant_liar`` does.
+  are once nothing of the opening is in flight). Configs in flight (compiling, queued or running
+  on a GPU, in this process or another) are given to TPE as running trials, as Optuna's
+  ``constant_liar`` does.
 
-TPE's internals are Optuna's own (``optuna.samplers._tpe``, tested with Optuna 5.0):
-only the screening of candidates is added.
+TPE's internals are Optuna's own, reached through :mod:`autotune.search.optuna_private`
+(Optuna has no public API for them): only the screening of candidates is added.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.samplers._tpe import sampler as _tpe
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
+from autotune.search import optuna_private as private
 from autotune.search.draws import N_STARTUP, FeasibleDraws
 from autotune.space.family import Config, SearchSpace
 
@@ -54,28 +55,27 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
         """The best admissible candidate by l(x)/g(x) given ``trials`` (running ones count as bad),
         or None when no admissible candidate was drawn."""
         finished = sum(trial.state != TrialState.RUNNING for trial in trials)
-        gamma = self._gamma or (_tpe.default_gamma if len(study.directions) == 1
-                                else _tpe.default_gamma_multiobjective)
-        below, above = _tpe._split_trials(study, trials, gamma(finished))
-        mpe_below = self._build_parzen_estimator(study, search_space, below, handle_below=True)
-        mpe_above = self._build_parzen_estimator(study, search_space, above, handle_below=False)
+        below, above = private.split_trials(study, trials, private.tpe_gamma(self, study)(finished))
+        mpe_below = private.parzen_estimator(self, study, search_space, below, below=True)
+        mpe_above = private.parzen_estimator(self, study, search_space, above, below=False)
+        wanted, rng = private.ei_candidates(self), private.tpe_rng(self)
         kept: list[dict[str, int]] = []
         drawn = 0
-        while len(kept) < self._n_ei_candidates and drawn < MAX_DRAWS:
-            draws = mpe_below.sample(self._rng.rng, DRAW_CHUNK)
+        while len(kept) < wanted and drawn < MAX_DRAWS:
+            draws = private.sample(mpe_below, rng, DRAW_CHUNK)
             drawn += DRAW_CHUNK
             for row in range(DRAW_CHUNK):
                 params = {name: distribution.to_external_repr(draws[name][row])
                           for name, distribution in search_space.items()}
                 if admissible(params):
                     kept.append(params)
-                    if len(kept) == self._n_ei_candidates:
+                    if len(kept) == wanted:
                         break
         if not kept:
             return None
         candidates = {name: numpy.array([distribution.to_internal_repr(params[name]) for params in kept])
                       for name, distribution in search_space.items()}
-        scores = self._compute_acquisition_func(candidates, mpe_below, mpe_above)
+        scores = private.acquisition(self, candidates, mpe_below, mpe_above)
         return kept[int(numpy.argmax(scores))]
 
 

@@ -44,7 +44,6 @@ import warnings
 from collections.abc import Callable
 
 import optuna
-import sqlalchemy
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
@@ -52,6 +51,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from autotune.errors import DatabaseError
 from autotune.results.engine import sync_commits_as_wal_needs
 from autotune.results.urls import shown_url
+from autotune.search import optuna_private as private
 from autotune.space.family import Config
 
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"  # which process of which host evaluated a trial
@@ -133,7 +133,7 @@ class StudyView:
     @functools.cached_property
     def running_elsewhere(self) -> int:
         """Reserved slots of other processes (they finish, or go stale)."""
-        return sum(t.state == TrialState.RUNNING and holds_slot(t) and t._trial_id not in self._mine
+        return sum(t.state == TrialState.RUNNING and holds_slot(t) and private.trial_id(t) not in self._mine
                    for t in self.trials)
 
     @functools.cached_property
@@ -212,16 +212,13 @@ class StudyLedger:
         cutoff = datetime.datetime.now() - datetime.timedelta(seconds=self.grace_s)
         with self._lock:
             mine = set(self._mine)
-        old = [t._trial_id for t in self.view(fresh=True).trials if t.state == TrialState.RUNNING
-               and holds_slot(t) and t._trial_id not in mine and t.datetime_start and t.datetime_start < cutoff]
+        old = [private.trial_id(t) for t in self.view(fresh=True).trials
+               if t.state == TrialState.RUNNING and holds_slot(t) and private.trial_id(t) not in mine
+               and t.datetime_start and t.datetime_start < cutoff]
         if not old:
             return
-        with self.storage.engine.connect() as connection:  # Optuna's heartbeat table: no API lists it
-            beaten = set(connection.scalars(
-                sqlalchemy.text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids")
-                .bindparams(sqlalchemy.bindparam("ids", expanding=True)), {"ids": old}))
-        for trial_id in set(old) - beaten:
-            self._close(trial_id, TrialState.FAIL, None)
+        for never_beat in set(old) - private.beaten(self.storage, old):
+            self._close(never_beat, TrialState.FAIL, None)
 
     # -- GPU slots -----------------------------------------------------------------
 
@@ -231,7 +228,7 @@ class StudyLedger:
         with self._lock:
             self._mine.add(trial_id)
         self.storage.record_heartbeat(trial_id)  # a slot that never beat is only found stale late
-        earlier = [t for t in self.view(fresh=True).trials if t._trial_id < trial_id]
+        earlier = [t for t in self.view(fresh=True).trials if private.trial_id(t) < trial_id]
         if any(t.user_attrs.get(CONFIG) == config.name and _taken_by(t) for t in earlier):
             self.release(trial_id)
             return Slot(Admission.DUPLICATE)
@@ -259,7 +256,7 @@ class StudyLedger:
         interrupt left between their creation and their bookkeeping included."""
         with self._lock:
             held = set(self._mine)
-        held |= {t._trial_id for t in self.view(fresh=True).trials
+        held |= {private.trial_id(t) for t in self.view(fresh=True).trials
                  if t.state == TrialState.RUNNING and t.user_attrs.get("process") == PROCESS}
         for trial_id in sorted(held):
             self.release(trial_id)
@@ -272,7 +269,7 @@ class StudyLedger:
         trial_id = self._create(TrialState.PRUNED, config,
                                 {STAGE: COMPILE, FAILURE: failure_class, "reason": reason[:500]})
         return not any(t.user_attrs.get(CONFIG) == config.name and _taken_by(t)
-                       for t in self.view(fresh=True).trials if t._trial_id < trial_id)
+                       for t in self.view(fresh=True).trials if private.trial_id(t) < trial_id)
 
     def close(self) -> None:
         """Release this process's slots, stop beating and close the storage's connections."""
@@ -295,15 +292,15 @@ class StudyLedger:
         """The trial with its config's knob values as Optuna params (for TPE)."""
         if trial.params or PARAMS not in trial.user_attrs:
             return trial  # its knobs are Optuna params already
-        converted = self._converted.get(trial._trial_id)
+        converted = self._converted.get(private.trial_id(trial))
         if converted is None:
             params = trial_params(trial)
             converted = optuna.trial.create_trial(
                 state=trial.state, values=trial.values, params=params, user_attrs=trial.user_attrs,
                 distributions={knob: self.distributions[knob] for knob in params})
-            converted.number, converted._trial_id = trial.number, trial._trial_id
+            private.with_id(converted, trial.number, private.trial_id(trial))
             if trial.state.is_finished():
-                self._converted[trial._trial_id] = converted
+                self._converted[private.trial_id(trial)] = converted
         return converted
 
     def _close(self, trial_id: int, state: TrialState, values: list[float] | None) -> None:
