@@ -51,6 +51,8 @@ def measurement(ms: float) -> Measurement:
 class StubWorker:
     """Answers every task with ``answer`` and notes the tasks and their timeouts."""
 
+    device = 0
+
     def __init__(self, answer):
         self.answer, self.runs = answer, []
 
@@ -235,7 +237,7 @@ class PrefetchingPool:
 
 
 def test_the_opening_is_drawn_once_and_the_search_goes_on_from_its_draws(tmp_path):
-    from autotune.search.draws import opening_size, process_seed
+    from autotune.search.draws import opening_size
     from autotune.search.sampler import Proposer
     from autotune.search.search import Search, SearchSettings
     from autotune.search.start import draw_opening
@@ -246,7 +248,7 @@ def test_the_opening_is_drawn_once_and_the_search_goes_on_from_its_draws(tmp_pat
     assert pool.prefetched == [config.name for config in opening.configs] and len(opening.configs) == 5
 
     search = Search(space, H200, PROBLEM, lambda: None, StubWorker(None), settings, opening=opening)
-    alone = Proposer(space, H200, PROBLEM, seed=process_seed(3))  # draws its opening itself, as without a start
+    alone = Proposer(space, H200, PROBLEM, seed=3)  # draws its opening itself, as without a start
     assert alone.opening(opening_size(5, 8)) == list(opening.configs) == list(search.opening)
     taken = {config.name for config in opening.configs}
     assert [search.proposer.random(taken) for _ in range(3)] == [alone.random(taken) for _ in range(3)]

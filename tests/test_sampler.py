@@ -1,5 +1,7 @@
 """Proposals: seeds first, then random feasible configs, then TPE over feasible configs only."""
 
+from pathlib import Path
+
 import optuna
 import pytest
 from conftest import cpu_seconds
@@ -7,10 +9,11 @@ from optuna.trial import TrialState
 
 from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
-from autotune.search.sampler import Proposer
-from autotune.space.family import load_space
+from autotune.search.sampler import WAIT, Proposer
+from autotune.space.family import SearchSpace, load_space
 
 H200, PROBLEM = gpu_spec("h200"), GemmProblem(4096, 4096, 4096)
+TINY = Path(__file__).parent / "data" / "tiny.toml"  # 3 seeds, 160 feasible configs at 64^3
 
 
 @pytest.fixture(scope="module")
@@ -33,29 +36,92 @@ def test_the_opening_is_the_feasible_seeds_then_random_configs_and_the_same_from
 
     feasible_seeds = _feasible_seeds(space)
     count = len(feasible_seeds) + 6
-    opening = FeasibleDraws(space, H200, PROBLEM, seed=7).opening(count)
+    opening = FeasibleDraws(space, H200, PROBLEM, seed=7, n_startup=count).opening(count)
     assert opening[:len(feasible_seeds)] == feasible_seeds
     assert len({config.name for config in opening}) == count
     assert all(space.check(config, H200, PROBLEM).feasible for config in opening)
-    assert Proposer(space, H200, PROBLEM, seed=7).opening(count) == opening  # what the search draws, too
-    assert FeasibleDraws(space, H200, PROBLEM, seed=8).opening(count)[len(feasible_seeds):] != opening[len(feasible_seeds):]
+    assert Proposer(space, H200, PROBLEM, seed=7, n_startup=count).opening(count) == opening  # the search's too
+    other = FeasibleDraws(space, H200, PROBLEM, seed=8, n_startup=count).opening(count)
+    assert other[len(feasible_seeds):] != opening[len(feasible_seeds):]
     assert FeasibleDraws(space, H200, PROBLEM, seed=7).opening(2) == feasible_seeds[:2]
 
 
-def test_seeds_come_first_then_random_feasible_configs(space):
-    proposer = Proposer(space, H200, PROBLEM, seed=1)
+def test_seeds_come_first_then_random_feasible_configs_then_the_proposer_waits(space):
+    feasible_seeds = _feasible_seeds(space)
+    proposer = Proposer(space, H200, PROBLEM, seed=1, n_startup=len(feasible_seeds) + 10)
     study = optuna.create_study()
     taken: set[str] = set()
     proposed = []
-    for _ in range(len(space.seeds) + 10):
-        config = proposer.next(study, [], taken)
+    while (config := proposer.next(study, [], taken, in_flight=proposed)) is not WAIT:
         proposed.append(config)
         taken.add(config.name)
-    feasible_seeds = _feasible_seeds(space)
     assert proposed[:len(feasible_seeds)] == feasible_seeds
+    assert len(proposed) == proposer.n_startup  # the opening: no more
     assert len(set(proposed)) == len(proposed)
     assert all(space.check(config, H200, PROBLEM).feasible for config in proposed)
     assert proposer.rejected > 0  # random draws that broke a rule were screened out, not proposed
+    assert not proposer.learned
+
+
+def _tiny_results(proposer, configs, ms=lambda config: 1.0 / (config["ROWS"] * config["COLS"])):
+    return [measured(proposer, config, ms(config)) for config in configs]
+
+
+def test_the_opening_is_n_startup_configs_whatever_is_in_flight_then_every_proposal_is_tpes():
+    """Random draws in flight count against the opening: however fast configs compile, no more than
+    n_startup of them are handed out, and what comes after the opening's results is TPE's."""
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    proposer = Proposer(space, H200, problem, seed=5, n_startup=8)
+    study = optuna.create_study()
+    opening = proposer.opening(2)  # what a search compiles before its study is read
+    while (config := proposer.next(study, [], {c.name for c in opening}, in_flight=opening)) is not WAIT:
+        opening.append(config)
+    assert len(opening) == 8 and proposer.opened == 8
+    assert opening[:3] == list(space.seeds)
+    results = _tiny_results(proposer, opening[:7])  # one of the opening still running: still waiting
+    running = optuna.trial.create_trial(state=TrialState.RUNNING, params=opening[7].as_dict(),
+                                        distributions=proposer.distributions)
+    taken = {c.name for c in opening}
+    assert proposer.next(study, results + [running], taken) is WAIT
+    assert proposer.opening(4) == []  # the opening is handed out
+    results.append(measured(proposer, opening[7], 0.5))
+    in_flight = []
+    for _ in range(6):  # compiling ahead of a slow GPU: every one TPE's, each told to TPE as running
+        config = proposer.next(study, results, taken, in_flight=in_flight)
+        assert config.name in proposer.learned and config.name not in taken
+        taken.add(config.name)
+        in_flight.append(config)
+    assert proposer.opened == 8
+
+
+def test_the_opening_counts_the_trials_of_other_processes_sharing_the_study():
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    theirs = Proposer(space, H200, problem, seed=6, n_startup=8).opening(6)
+    proposer = Proposer(space, H200, problem, seed=7, n_startup=8)
+    study = optuna.create_study()
+    running = [optuna.trial.create_trial(state=TrialState.RUNNING, params=c.as_dict(),
+                                         distributions=proposer.distributions) for c in theirs]
+    taken, mine = {c.name for c in theirs}, []
+    while (config := proposer.next(study, running, taken, in_flight=mine)) is not WAIT:
+        mine.append(config)
+        taken.add(config.name)
+    assert len(mine) == 2  # the study's 6 and these 2: the opening
+
+
+def test_an_opening_cut_short_by_gpu_failures_goes_on_with_tpe_once_nothing_of_it_is_in_flight():
+    """Configs that failed on the GPU teach TPE nothing: TPE starts from the results there are."""
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    proposer = Proposer(space, H200, problem, seed=8, n_startup=8)
+    study = optuna.create_study()
+    opening = proposer.opening(8)
+    taken = {c.name for c in opening}
+    results = _tiny_results(proposer, opening[:6])  # two failed on the GPU: no result
+    config = proposer.next(study, results, taken)
+    assert config is not WAIT and config.name in proposer.learned
+    taken.add(config.name)
+    running = optuna.trial.create_trial(state=TrialState.RUNNING, params=config.as_dict(),
+                                        distributions=proposer.distributions)
+    assert proposer.next(study, results + [running], taken).name in proposer.learned  # TPE goes on, in flight
 
 
 def test_tpe_proposes_only_feasible_configs_that_are_not_taken_nor_in_flight(space):
@@ -117,3 +183,36 @@ def test_an_exhausted_space_proposes_nothing():
     last = next(iter(everything))
     assert proposer.random(everything - {last}).name == last
     assert proposer.random(everything) is None
+
+
+def _proposed(seed: int, count: int = 24) -> list[str]:
+    """The configs a proposer gives, one at a time, each measured by the fake backend's fixed rates."""
+    from autotune.gpu.fake_backend import FakeBackend
+
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    proposer = Proposer(space, H200, problem, seed=seed, n_startup=8)
+    study = optuna.create_study()
+    trials, taken, names = [], set(), []
+    for _ in range(count):
+        config = proposer.next(study, trials, taken)
+        names.append(config.name)
+        taken.add(config.name)
+        trials.append(measured(proposer, config, problem.flops / (FakeBackend.kernel_tflops(config.name) * 1e9)))
+    assert len(proposer.learned) == count - 8  # TPE's proposals are part of the sequence
+    return names
+
+
+def test_the_same_seed_proposes_the_same_configs_given_the_same_results():
+    assert _proposed(11) == _proposed(11)
+    assert _proposed(11) != _proposed(12)
+
+
+def test_a_seed_alone_is_the_first_streams_and_other_streams_are_their_own():
+    from autotune.search.draws import SEED_RANGE, stream_seed
+
+    assert stream_seed(11) == stream_seed(11, 0) == 11  # a search in one process: --seed N is its sampler's seed
+    assert stream_seed(SEED_RANGE) == 0  # a sweep's seed per shape (N + its position) wraps round
+    others = [stream_seed(11, device) for device in range(1, 9)]  # processes on GPUs 1..8 sharing a study
+    assert len(set(others)) == 8 and 11 not in others
+    assert others == [stream_seed(11, device) for device in range(1, 9)]  # the same from run to run
+    assert all(0 <= seed < SEED_RANGE for seed in others)

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from autotune.gpu_specs import gpu_spec
 from autotune.problem import GemmProblem
 from autotune.results import ResultStore
+from autotune.search import optuna_private
 from autotune.search.search import Search, SearchSettings
 from autotune.search.study import FAILURE, Admission, StudyLedger, evaluated_on_gpu, holds_slot
 from autotune.space.family import SearchSpace
@@ -84,7 +85,8 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
         time.sleep(0.1)
     os.killpg(killed.pid, signal.SIGKILL)  # the search, its GPU worker and its compile process
     killed.join()
-    left_running = {t._trial_id for t in the_study(url).get_trials(deepcopy=False) if t.state == TrialState.RUNNING}
+    left_running = {optuna_private.trial_id(t) for t in the_study(url).get_trials(deepcopy=False)
+                    if t.state == TrialState.RUNNING}
     assert left_running
 
     from autotune.gpu.worker import GpuWorker
@@ -93,7 +95,7 @@ def test_a_killed_search_leaves_slots_that_the_next_run_fails_and_finishes(url):
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(url), worker,
                         SearchSettings(trials=12, jobs=1, heartbeat_s=1, grace_s=2, timeout_s=120)).run()
     assert result.evaluated == 12
-    trials = {t._trial_id: t for t in the_study(url).get_trials(deepcopy=False)}
+    trials = {optuna_private.trial_id(t): t for t in the_study(url).get_trials(deepcopy=False)}
     assert sum(evaluated_on_gpu(t) for t in trials.values()) == 12
     assert not [t for t in trials.values() if t.state == TrialState.RUNNING]
     for trial_id in left_running:  # failed as stale: not counted, not a GPU failure

@@ -57,6 +57,49 @@ def test_rejected_configs_never_become_trials_and_a_rerun_resumes(tmp_path, work
     assert len({row.config_name for row in store.best("h200-fake", problem, limit=100)}) == 14
 
 
+def test_trials_carry_their_knobs_as_optuna_params_so_optunas_own_tools_read_the_study(tmp_path, worker):
+    from optuna.distributions import CategoricalDistribution
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
+    result = Search(space, gpu, problem, store, worker, SearchSettings(trials=12, jobs=2, seed=4)).run()
+    study = optuna.load_study(study_name=result.study_name, storage=store.url)  # as optuna-dashboard opens it
+    evaluated = [t for t in study.trials if evaluated_on_gpu(t)]
+    assert len(evaluated) == 12
+    for trial in evaluated:
+        assert space.config(trial.params).name == trial.user_attrs["config"]
+        assert trial.distributions["ROWS"] == CategoricalDistribution(space.knobs["ROWS"])
+    importances = optuna.importance.get_param_importances(study)
+    assert set(importances) == set(space.knobs) and abs(sum(importances.values()) - 1) < 1e-6
+
+
+def test_a_study_whose_trials_hold_their_knobs_as_attributes_only_is_still_read(tmp_path):
+    """Studies written while the knobs were user attributes only resume: TPE and the closing read them."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from autotune.search.study import StudyLedger
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    ResultStore(url).close()
+    space, gpu = SearchSpace(TINY), gpu_spec("h200")
+    old, new = [verdict.config for verdict in space.verdicts(gpu) if verdict.feasible][:2]
+    distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
+    ledger = StudyLedger(url, "older", ["minimize"], distributions, budget=4)
+    try:
+        written_before = optuna.trial.create_trial(state=TrialState.COMPLETE, value=1.0, user_attrs={
+            "stage": "gpu", "config": old.name, "params": old.as_dict()})
+        ledger.storage.create_new_trial(ledger.study_id, template_trial=written_before)
+        slot = ledger.reserve(new, device=0)
+        ledger.finish(slot.trial_id, {}, (2.0,))
+        view = ledger.view(fresh=True)
+        assert view.taken == {old.name, new.name}
+        assert [trial_params(t) for t in view.measured] == [old.as_dict(), new.as_dict()]
+        assert [t.params for t in view.learnable] == [old.as_dict(), new.as_dict()]
+    finally:
+        ledger.close()
+
+
 def test_clearly_slower_candidates_stop_timing_early_and_contenders_get_every_launch(tmp_path, worker):
     from autotune.gpu.fake_backend import FakeBackend
 
@@ -291,7 +334,7 @@ def test_the_seeds_compile_before_the_database_opens(tmp_path, worker):
 def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_line_can_draw_too(tmp_path, worker):
     """The opening fills every compile process before the study opens, and the command line, drawing
     from the same seed, starts the same compiles (the pool then hands them to the search)."""
-    from autotune.search.draws import FeasibleDraws, opening_size, process_seed
+    from autotune.search.draws import FeasibleDraws, opening_size
 
     space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
     compiling_when_opened = []
@@ -301,7 +344,7 @@ def test_compile_processes_beyond_the_seeds_start_on_random_configs_the_command_
         return ResultStore(f"sqlite:///{tmp_path}/r.db")
 
     search = Search(space, gpu, problem, open_store, worker, SearchSettings(trials=8, jobs=5, seed=3))
-    drawn = FeasibleDraws(space, gpu, problem, process_seed(3)).opening(opening_size(5, 8))
+    drawn = FeasibleDraws(space, gpu, problem, 3).opening(opening_size(5, 8))  # --seed 3 alone, one process
     result = search.run()
     assert len(drawn) == 5 and compiling_when_opened == [[config.name for config in drawn]]
     assert [config.name for config in drawn[:3]] == [seed.name for seed in space.seeds]  # 3 seeds, 2 random
@@ -343,19 +386,37 @@ class BacklogSearch(Search):
         compiles.submit = noting_the_backlog
 
 
-def test_a_backlog_of_random_draws_never_pauses_the_compiles(tmp_path, worker):
-    """Before TPE has 16 results to learn from, every config is a seed or a random draw: nothing
-    compiled ahead goes stale, so a GPU behind the compiles never pauses them."""
-    from autotune.search.compiling import READY_PER_LANE
+class CompilesFirstWorker(RecordingWorker):
+    """A GPU far behind the compiles (as a warm cubin cache makes it): it starts each candidate only
+    once no compile is in flight (two minutes at most, however slowly a loaded machine compiles)."""
 
-    slow = SlowWorker(worker)
-    search = BacklogSearch(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64),
-                           ResultStore(f"sqlite:///{tmp_path}/r.db"), slow, SearchSettings(trials=14, jobs=2, seed=1))
-    search.backlog, slow.search = [], search
+    search = None  # the Search it serves
+
+    def run(self, task, timeout_s):
+        import time
+
+        if type(task).__name__ == "KernelTask":
+            deadline = time.monotonic() + 120
+            while self.search.compiles.compiling and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return super().run(task, timeout_s)
+
+
+def test_random_draws_in_flight_count_against_the_opening_and_what_follows_it_is_tpes(tmp_path, worker):
+    """However far the compiles run ahead of the GPU, the opening is n_startup configs (seeds, then
+    random draws); every config evaluated after it is a TPE proposal made from its results."""
+    from autotune.search.draws import N_STARTUP
+
+    gpu_first = CompilesFirstWorker(worker)
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    search = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, gpu_first,
+                    SearchSettings(trials=N_STARTUP + 8, jobs=2, seed=1))
+    gpu_first.search = search
     result = search.run()
-    assert result.evaluated == 14
-    assert max(total for total, _ in search.backlog) > READY_PER_LANE  # random draws piled up; compiling went on
-    assert not search.proposer.learned
+    assert result.evaluated == N_STARTUP + 8
+    assert search.proposer.opened == N_STARTUP
+    evaluated = [t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t)]
+    assert [name in search.proposer.learned for name in evaluated] == [False] * N_STARTUP + [True] * 8
 
 
 def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(tmp_path, worker):
@@ -372,3 +433,30 @@ def test_a_backlog_of_seeds_never_pauses_the_compiles_and_one_of_proposals_does(
     assert result.evaluated == 24
     assert max(total for total, _ in search.backlog) > READY_PER_LANE  # seeds piled up; compiling went on
     assert all(proposed < READY_PER_LANE for _, proposed in search.backlog)  # proposals never did
+
+
+def test_a_search_s_seed_fixes_its_opening_and_its_first_gpu_its_stream(tmp_path, worker):
+    """--seed N on one process: the sampler's seed is N, so a search's opening is the one N draws and
+    two searches with the same seed (on databases of their own) open alike; a search on GPU 1 draws a
+    stream of its own."""
+    import random
+
+    from autotune.search.draws import N_STARTUP, FeasibleDraws, stream_seed
+
+    class OnDevice(RecordingWorker):
+        device = 1
+
+    space, gpu, problem = SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64)
+
+    def opening(seed: int, run: str) -> list[str]:
+        store = ResultStore(f"sqlite:///{tmp_path}/{run}.db")
+        result = Search(space, gpu, problem, store, worker, SearchSettings(trials=N_STARTUP, jobs=2, seed=seed)).run()
+        return sorted(t.user_attrs["config"] for t in study_trials(store, result.study_name) if evaluated_on_gpu(t))
+
+    first = opening(5, "a")
+    drawn = FeasibleDraws(space, gpu, problem, seed=5).opening(N_STARTUP)
+    assert first == sorted(config.name for config in drawn)
+    assert opening(5, "b") == first and opening(6, "c") != first
+    on_gpu1 = Search(space, gpu, problem, lambda: None, OnDevice(worker), SearchSettings(seed=5))
+    assert on_gpu1.proposer.rng.getstate() == random.Random(stream_seed(5, 1)).getstate() \
+        != random.Random(5).getstate()

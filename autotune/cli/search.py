@@ -41,7 +41,8 @@ def register(sub) -> None:
     search.add_argument("--timeout", action=Seconds, help="stop this run after S seconds")
     add_db_argument(search)
     search.add_argument("--seed", action=Integer, least=0, most=MAX_SEED, default=0,
-                        help="sampler and input seed (default 0)")
+                        help="sampler and input seed (default 0): one process with the same seed proposes the "
+                             "same configs given the same results")
     search.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
                         help="parallel compile processes (default: CPU count, at most 16)")
     search.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20,

@@ -4,9 +4,10 @@ into GPU tasks, so that a GPU never waits for a compile that could have started 
     propose -> render -> compile (CPU pool) -> build checks (autotune.kernel.build) -> ready for a GPU
 
 The opening (what the proposer gives first whatever the study holds) starts compiling before
-the study is read. After that, every compile process is kept busy while the budget has room;
-a candidate whose build fails never reaches the GPU and uses up no budget: it is recorded
-as a failure with its reason.
+the study is read. After that, every compile process is kept busy while the budget has room
+and the proposer has a config to give: once the opening is handed out, compiling waits for its
+results, which TPE's proposals are made from. A candidate whose build fails never reaches the
+GPU and uses up no budget: it is recorded as a failure with its reason.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from autotune.kernel.render import render
 from autotune.records import Failure
 from autotune.search.draws import opening_size
 from autotune.search.evaluate import Measuring
-from autotune.search.sampler import Proposer
+from autotune.search.sampler import WAIT, Proposer
 from autotune.search.settings import SearchSettings
 from autotune.search.standing import Standing
 from autotune.search.study import StudyLedger, StudyView
@@ -79,19 +80,21 @@ class CompilePipeline:
         compiled."""
         with self.spent.on("propose") as proposals:
             if opening is None:
-                opening = self.proposer.opening(opening_size(pool.jobs, self.settings.trials))
+                opening = self.proposer.opening(opening_size(pool.jobs, self.settings.trials,
+                                                             self.proposer.n_startup))
             proposals.count = len(opening)
         for config in opening:
             self.submit(pool, config)
 
     def fill(self, ledger: StudyLedger, view: StudyView, pool: CompilePool, lanes: int) -> None:
-        """Keep every compile process busy while the budget has room.
+        """Keep every compile process busy while the budget has room and the proposer has a config.
 
-        Compiling pauses while READY_PER_LANE candidates per lane that TPE proposed wait for a GPU:
-        more would be proposed from older results. Seeds, warm-start configs and random draws learn
-        nothing from results, so a backlog of them never pauses it. Near the end of the budget every
-        process keeps compiling where the pool can stop them unfinished (the first to finish fill the
-        budget); a pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
+        Once the opening (seeds, warm-start configs, random draws) is handed out, the proposer
+        waits for its results: what compiles after it is TPE's, however fast compiles run. Compiling
+        then pauses while READY_PER_LANE candidates per lane that TPE proposed wait for a GPU: more
+        would be proposed from older results. Near the end of the budget every process keeps
+        compiling where the pool can stop them unfinished (the first to finish fill the budget); a
+        pool that cannot keeps BUDGET_OVERSHOOT compiles per evaluation left."""
         left = self.settings.trials - view.held
         in_flight = math.inf if pool.stops_unfinished else math.ceil(left * BUDGET_OVERSHOOT)
         while (not self.exhausted and len(self.compiling) < pool.jobs and len(self.ready) < left
@@ -101,6 +104,8 @@ class CompilePipeline:
             taken = view.taken | {config.name for config in local}
             with self.spent.on("propose"):
                 config = self.proposer.next(ledger.study, view.learnable, taken, in_flight=local)
+            if config is WAIT:
+                return  # the next event (a result) calls again
             if config is None:
                 self.exhausted = True
                 return

@@ -1,17 +1,18 @@
 """Feasible configs drawn at random: what a search tries before TPE has results to learn from.
 
 A search's opening (its warm-start configs, the space's seeds, then uniformly
-random feasible configs) needs no study: :mod:`autotune.search.start` draws it and
-starts compiling it before Optuna and the database are loaded, and the search takes
+random feasible configs, N_STARTUP in all unless the fixed ones alone are more)
+needs no study: :mod:`autotune.search.start` draws its first configs and starts
+compiling them before Optuna and the database are loaded, and the search takes
 the opening and its draws over. This module loads neither Optuna nor NumPy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
-import os
 import random
 from collections.abc import Iterator, Sequence
 
@@ -23,32 +24,44 @@ from autotune.space.survey import SpaceTooLarge, feasible_configs
 
 MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
 MAX_LISTED = 1_000_000  # feasible configs listed at most (the first in enumeration order)
+N_STARTUP = 16  # results TPE waits for: the opening's size (fixed configs and random draws together)
+SEED_RANGE = 2**32  # samplers take seeds below this
 
 
-def process_seed(seed: int) -> int:
-    """The sampler's seed in this process: ``seed`` and the process id, so that processes sharing
-    a study explore different configs."""
-    digest = hashlib.sha256(f"{seed}:{os.getpid()}".encode()).digest()
+def stream_seed(seed: int, stream: int = 0) -> int:
+    """The sampler's seed of one process sharing a study: ``seed`` alone for stream 0 (a search in one
+    process, or the first of several), so that ``--seed`` reproduces its proposals given the same
+    results; for other streams a hash of both, so that processes sharing a study explore different
+    configs. A search's stream is its first GPU device (``--device``): the same from run to run,
+    and distinct for the processes of one host."""
+    if stream == 0:
+        return seed % SEED_RANGE
+    digest = hashlib.sha256(f"{seed}:{stream}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
 
 
-def opening_size(jobs: int, trials: int) -> int:
+def opening_size(jobs: int, trials: int, n_startup: int = N_STARTUP) -> int:
     """How many configs a search compiles before its study is read: one per compile process, and
-    no more than the budget. (Two per process kept the processes busy until the study opened, but
-    delayed its opening on a machine whose cores all compile, and searches were no faster: see
-    bench/NOTES.md.)"""
-    return min(jobs, trials)
+    no more than the budget or the opening. (Two per process kept the processes busy until the study
+    opened, but delayed its opening on a machine whose cores all compile, and searches were no faster:
+    see bench/NOTES.md.)"""
+    return min(jobs, trials, n_startup)
 
 
 class FeasibleDraws:
     """Feasible configs of one space on one GPU and problem: each config checked against the static
-    rules once, and uniformly random feasible configs."""
+    rules once, and uniformly random feasible configs.
+
+    ``n_startup`` is the size of the opening: :attr:`opened` counts the configs of it handed out
+    (:meth:`opening` counts its own; the proposer counts the others)."""
 
     def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int,
-                 warm_start: Sequence[Config] = ()):
+                 warm_start: Sequence[Config] = (), n_startup: int = N_STARTUP):
         self.space, self.gpu, self.problem = space, gpu, problem
         self.warm_start = tuple(warm_start)
+        self.n_startup = n_startup
         self.rng = random.Random(seed)
+        self.opened = 0  # opening configs handed out: fixed ones and random draws
         self.rejected = 0  # configs screened out because a static rule rejects them
         self._feasible: dict[tuple, bool] = {}
         self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
@@ -96,21 +109,31 @@ class FeasibleDraws:
                 names.add(config.name)
                 yield config
 
+    @functools.cached_property
+    def opening_quota(self) -> int:
+        """How many configs the opening holds: ``n_startup``, or every fixed config where they are more
+        (the warm-start configs and the seeds are never left out)."""
+        return max(self.n_startup, sum(1 for _ in self.fixed_configs()))
+
     def opening(self, count: int) -> list[Config]:
         """The first ``count`` configs a search tries whatever its study holds: the fixed ones, then
-        random feasible configs. Draws with the same seed give the same opening."""
+        random feasible configs; no more than the opening holds. Draws with the same seed give the
+        same opening."""
+        count = min(count, self.opening_quota - self.opened)
         chosen = {config.name: config for config in itertools.islice(self.fixed_configs(), count)}
         while len(chosen) < count:
             config = self.random(set(chosen))
             if config is None:
                 break
             chosen[config.name] = config
+        self.opened += len(chosen)
         return list(chosen.values())
 
     def take_over(self, earlier: FeasibleDraws) -> None:
         """Go on from ``earlier``'s draws (of the same space, GPU, problem and warm start): its random
-        state, the configs it checked and those it rejected, as if these draws had made them."""
-        self.rng, self.rejected = earlier.rng, earlier.rejected
+        state, the configs it checked, those it rejected and the opening it handed out, as if these
+        draws had made them."""
+        self.rng, self.rejected, self.opened = earlier.rng, earlier.rejected, earlier.opened
         self._feasible, self._listed = earlier._feasible, earlier._listed
 
 

@@ -8,29 +8,34 @@ stored trial, rejected or not. Here no rejected config is ever a trial:
   estimators, gamma split and l(x)/g(x) criterion) whose candidates, drawn from
   l(x) as usual, are screened before the comparison: a candidate that breaks a
   static rule or is already taken costs one rule check (about 0.1 ms), not a trial.
-* :class:`Proposer` proposes its warm-start configs (the best of nearby tuned shapes, when a
-  sweep gives them) and the space's seeds first, then uniformly random
-  feasible configs until ``n_startup`` trials are finished, then TPE. Configs in
-  flight (compiling, queued or running on a GPU, in this process or another) are
-  given to TPE as running trials, as Optuna's ``constant_liar`` does.
+* :class:`Proposer` proposes the search's opening first: its warm-start configs (the best of
+  nearby tuned shapes, when a sweep gives them) and the space's seeds, then uniformly random
+  feasible configs, ``n_startup`` configs in all (more only where the fixed ones alone are more),
+  counting those of other processes in the study. Then it waits for the opening's results
+  (:data:`WAIT`), however fast configs compile: every config after the opening is TPE's,
+  proposed from ``n_startup`` results at least (or, where some failed on the GPU, from all there
+  are once nothing of the opening is in flight). Configs in flight (compiling, queued or running
+  on a GPU, in this process or another) are given to TPE as running trials, as Optuna's
+  ``constant_liar`` does.
 
-TPE's internals are Optuna's own (``optuna.samplers._tpe``, tested with Optuna 5.0):
-only the screening of candidates is added.
+TPE's internals are Optuna's own, reached through :mod:`autotune.search.optuna_private`
+(Optuna has no public API for them): only the screening of candidates is added.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.samplers._tpe import sampler as _tpe
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
-from autotune.search.draws import FeasibleDraws
+from autotune.search import optuna_private as private
+from autotune.search.draws import N_STARTUP, FeasibleDraws
 from autotune.space.family import Config, SearchSpace
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
@@ -50,29 +55,37 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
         """The best admissible candidate by l(x)/g(x) given ``trials`` (running ones count as bad),
         or None when no admissible candidate was drawn."""
         finished = sum(trial.state != TrialState.RUNNING for trial in trials)
-        gamma = self._gamma or (_tpe.default_gamma if len(study.directions) == 1
-                                else _tpe.default_gamma_multiobjective)
-        below, above = _tpe._split_trials(study, trials, gamma(finished))
-        mpe_below = self._build_parzen_estimator(study, search_space, below, handle_below=True)
-        mpe_above = self._build_parzen_estimator(study, search_space, above, handle_below=False)
+        below, above = private.split_trials(study, trials, private.tpe_gamma(self, study)(finished))
+        mpe_below = private.parzen_estimator(self, study, search_space, below, below=True)
+        mpe_above = private.parzen_estimator(self, study, search_space, above, below=False)
+        wanted, rng = private.ei_candidates(self), private.tpe_rng(self)
         kept: list[dict[str, int]] = []
         drawn = 0
-        while len(kept) < self._n_ei_candidates and drawn < MAX_DRAWS:
-            draws = mpe_below.sample(self._rng.rng, DRAW_CHUNK)
+        while len(kept) < wanted and drawn < MAX_DRAWS:
+            draws = private.sample(mpe_below, rng, DRAW_CHUNK)
             drawn += DRAW_CHUNK
             for row in range(DRAW_CHUNK):
                 params = {name: distribution.to_external_repr(draws[name][row])
                           for name, distribution in search_space.items()}
                 if admissible(params):
                     kept.append(params)
-                    if len(kept) == self._n_ei_candidates:
+                    if len(kept) == wanted:
                         break
         if not kept:
             return None
         candidates = {name: numpy.array([distribution.to_internal_repr(params[name]) for params in kept])
                       for name, distribution in search_space.items()}
-        scores = self._compute_acquisition_func(candidates, mpe_below, mpe_above)
+        scores = private.acquisition(self, candidates, mpe_below, mpe_above)
         return kept[int(numpy.argmax(scores))]
+
+
+class Pause(enum.Enum):
+    """What :meth:`Proposer.next` gives while no config can be proposed yet."""
+
+    WAIT = "wait"  # the opening is handed out and its results are not in yet
+
+
+WAIT = Pause.WAIT
 
 
 class Proposer(FeasibleDraws):
@@ -83,10 +96,9 @@ class Proposer(FeasibleDraws):
     are proposed before the space's seeds, each once, where the static rules admit them.
     """
 
-    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int, n_startup: int = 16,
-                 warm_start: Sequence[Config] = ()):
-        super().__init__(space, gpu, problem, seed, warm_start)
-        self.n_startup = n_startup
+    def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int,
+                 n_startup: int = N_STARTUP, warm_start: Sequence[Config] = ()):
+        super().__init__(space, gpu, problem, seed, warm_start, n_startup)
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
         self.varying = {knob: d for knob, d in self.distributions.items()  # what TPE chooses: not what the problem sets
                         if len(d.choices) > 1 and knob not in space.specialized}
@@ -95,24 +107,35 @@ class Proposer(FeasibleDraws):
         self.learned: set[str] = set()  # configs TPE proposed from the study's results (the others were fixed or drawn)
 
     def next(self, study: optuna.Study, trials: list[FrozenTrial], taken: set[str],
-             in_flight: Iterable[Config] = ()) -> Config | None:
-        """The next config to try, or None when every feasible config is taken.
+             in_flight: Iterable[Config] = ()) -> Config | Pause | None:
+        """The next config to try; WAIT while the opening's results are still to come; None when every
+        feasible config is taken.
 
         ``trials`` are the study's finished trials that TPE learns from and its running ones;
         ``in_flight`` are this process's configs not in the study yet.
         """
-        for config in self.fixed_configs():
-            if config.name not in taken:
-                return config
+        in_flight = list(in_flight)
+        if self.opened < self.opening_quota:
+            for config in self.fixed_configs():
+                if config.name not in taken:
+                    self.opened += 1
+                    return config
+        if not self.varying:
+            return self.random(taken)  # nothing to learn: every config is its own
         finished = sum(trial.state in (TrialState.COMPLETE, TrialState.PRUNED) for trial in trials)
-        if finished >= self.n_startup and self.varying:
-            liars = [self._liar(config) for config in in_flight]
-            params = self.sampler.propose(study, trials + liars, self.varying,
-                                          lambda values: self._admissible(values, taken))
-            if params is not None:
-                config = self.set_up({**self.fixed, **params})
-                self.learned.add(config.name)
-                return config
+        if finished < self.n_startup and not self.learned:  # once TPE has proposed, it goes on
+            if self.opened < self.opening_quota and len(trials) + len(in_flight) < self.n_startup:
+                self.opened += 1
+                return self.random(taken)
+            if len(trials) > finished or in_flight:
+                return WAIT  # TPE proposes once the opening's results are in
+        liars = [self._liar(config) for config in in_flight]
+        params = self.sampler.propose(study, trials + liars, self.varying,
+                                      lambda values: self._admissible(values, taken))
+        if params is not None:
+            config = self.set_up({**self.fixed, **params})
+            self.learned.add(config.name)
+            return config
         return self.random(taken)
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:

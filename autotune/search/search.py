@@ -44,7 +44,7 @@ from autotune.results import ResultStore
 from autotune.search.closing import ClosingMeasurement, FrontPoint
 from autotune.search.compiling import CompilePipeline
 from autotune.search.dispatch import REFERENCE, Dispatch
-from autotune.search.draws import Opening, process_seed
+from autotune.search.draws import Opening, stream_seed
 from autotune.search.evaluate import Measuring, Recorder
 from autotune.search.lanes import GpuLane
 from autotune.search.objective import Objective, make_objective, pareto_front
@@ -143,7 +143,7 @@ class Search:
         self.on_progress, self.on_environment = on_progress, on_environment
         self.env: Environment | None = None
         self.name = study_name(space, gpu.key, problem, settings.objective)
-        self.proposer = Proposer(space, gpu, problem, seed=process_seed(settings.seed),
+        self.proposer = Proposer(space, gpu, problem, seed=stream_seed(settings.seed, self.workers[0].device),
                                  warm_start=opening.draws.warm_start if opening else warm_start)
         self.opening: tuple[Config, ...] | None = None  # drawn before the search was made
         if opening is not None:

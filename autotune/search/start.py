@@ -22,7 +22,7 @@ from autotune.errors import GpuMismatchError, InputError
 from autotune.gpu_specs import FAKE_SUFFIX, GPUS, GpuSpec, spec_from_properties
 from autotune.problem import GemmProblem
 from autotune.records import Environment
-from autotune.search.draws import FeasibleDraws, Opening, opening_size, process_seed
+from autotune.search.draws import FeasibleDraws, Opening, opening_size, stream_seed
 from autotune.search.objective import make_objective
 from autotune.search.settings import SearchSettings, SweepSettings
 from autotune.search.timeline import SEARCH, Timeline, span
@@ -95,7 +95,7 @@ def started_search(request: SearchRequest, timeline: Timeline | None = None,
         with span(timeline, SEARCH, "choose family"):  # the GPU model is known: choose now
             space = choose_family(request.family, problem.dtype, requested) if requested else None
         gpu = simulated(requested, request.gpu.backend) if requested else None
-        opening = draw_opening(pool, space, gpu, problem, settings) if space else None
+        opening = draw_opening(pool, space, gpu, problem, settings, request.gpu.device) if space else None
         from autotune.search.search import Search  # Optuna and the database load while the processes start
 
         if gpu is None:
@@ -155,13 +155,13 @@ def attached_worker(gpu: GpuRequest) -> Iterator[tuple[GpuWorker, GpuSpec]]:
 
 
 def draw_opening(pool: CompilePool, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem,
-                 settings: SearchSettings) -> Opening:
+                 settings: SearchSettings, device: int = 0) -> Opening:
     """Draw the search's opening (the seeds, then random feasible configs; one per compile process) and
     start compiling it: the search takes the opening and its draws over, and the pool hands it these
-    compiles, finished or not."""
+    compiles, finished or not. ``device`` is the search's first GPU: its stream of random draws."""
     from autotune.kernel.render import render
 
-    draws = FeasibleDraws(space, gpu, problem, process_seed(settings.seed))
+    draws = FeasibleDraws(space, gpu, problem, stream_seed(settings.seed, device))
     configs = tuple(draws.opening(opening_size(pool.jobs, settings.trials)))
     for config in configs:
         pool.prefetch(render(space, config, gpu))
