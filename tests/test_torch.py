@@ -8,7 +8,7 @@ import io
 import numpy
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[test]' installs it")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install torch (its CPU build will do)")
 
 import autotune.torch as at  # noqa: E402
 from autotune.errors import InputError  # noqa: E402
