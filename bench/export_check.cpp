@@ -11,8 +11,9 @@
 // while the host submits the launch), CUDA events around each launch, the median of 30. The timed
 // launches are checked again, and cuBLAS against the same bound. One line per shape, a CSV row per
 // shape, each saying what the library ran: its tuned kernel, or cuBLAS where its table predicts the
-// kernel slower and cuBLAS loads (autotune_kernel_for says "cublas"; AUTOTUNE_GEMM_CUBLAS=off makes
-// it run the tuned kernels everywhere); the exit code is 1 if any check failed.
+// kernel slower or the shape is outside its tuned range, and cuBLAS loads (autotune_kernel_for says
+// "cublas"; AUTOTUNE_GEMM_CUBLAS=off makes it run the tuned kernels everywhere); the exit code is 1 if
+// any check failed.
 //
 // Build (bench/h200.sh cudalib): nvcc -x cu -arch=sm_90 ... -lautotune_gemm -lcublas -ldl -lpthread
 #include <cublas_v2.h>
@@ -300,7 +301,8 @@ int main(int argc, char** argv) {
     const char* choice = std::getenv("AUTOTUNE_GEMM_CUBLAS");
     std::printf("%s (sm_%d%d), library built for %s; median of %d launches after an L2 flush; err: the worst\n"
                 "|C - reference| / bound of beta 0, beta 0.5 and the timed launches; ratio: cuBLAS ms / library ms;\n"
-                "ran: the library's tuned kernel, or cuBLAS where its table picks it (AUTOTUNE_GEMM_CUBLAS=%s)\n",
+                "ran: the library's tuned kernel, or cuBLAS where its table picks it or outside its tuned range\n"
+                "(AUTOTUNE_GEMM_CUBLAS=%s)\n",
                 properties.name, properties.major, properties.minor, autotune_arch(), REPEATS,
                 choice ? choice : "unset: the first libcublas that loads");
     std::fprintf(csv, "dtype,m,n,k,kind,ran,kernel,max_error_over_bound,error_beta0,error_beta05,error_timed,"

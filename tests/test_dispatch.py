@@ -4,8 +4,8 @@ The table picks cuBLAS where its tuned kernel's predicted time (its time at the 
 scaled by its busiest SM's work) is more than cuBLAS's (its time there, carried in proportion to
 m * n * k). Checked here: the pick itself, the runtime's decision and ``explain`` (on the host device),
 the held-out report and ``autotune table``, old table files, and the exported C library (built with
-stand-in cubins; its rule against the Python pick, and its cuBLAS path through a stand-in libcuda and
-libcublas that log every call).
+stand-in cubins; its rule against the Python pick with cuBLAS outside the tuned range, and its cuBLAS
+path through a stand-in libcuda and libcublas that log every call).
 """
 
 from __future__ import annotations
@@ -371,6 +371,12 @@ def _kernel_for(library: Path, shapes: dict, **env) -> dict[str, list[str]]:
     return json.loads(result.stdout)
 
 
+def _to_cublas(dtype_table: DtypeTable, shape: tuple[int, int, int]) -> bool:
+    """Whether a call runs cuBLAS where it loads: the table picks it, or the shape is outside the tuned range
+    (autotune.runtime.dispatch.decide)."""
+    return dtype_table.pick(*shape).cublas or dtype_table.outside(*shape) is not None
+
+
 @needs_compilers
 def test_the_library_renders_the_python_pick_with_cublas_and_falls_back_to_the_kernel_without_it(exported, stand_ins):
     table, _, library = exported
@@ -381,8 +387,11 @@ def test_the_library_renders_the_python_pick_with_cublas_and_falls_back_to_the_k
     missing = _kernel_for(library, asked, AUTOTUNE_GEMM_CUBLAS=str(stand_ins[0] / "libcublas.so.404"))
     for dtype, dtype_table in table.dtypes.items():
         picks = [dtype_table.pick(*shape) for shape in shapes]
-        assert with_cublas[dtype] == [CUBLAS if p.cublas else p.kernel for p in picks], dtype
+        assert with_cublas[dtype] == [CUBLAS if _to_cublas(dtype_table, s) else p.kernel
+                                      for p, s in zip(picks, shapes)], dtype
         assert off[dtype] == missing[dtype] == [p.kernel for p in picks], dtype
+        outside = [p for p, s in zip(picks, shapes) if dtype_table.outside(*s)]
+        assert any(not p.cublas for p in outside) and any(p.cublas for p in outside), dtype
         ruled = {rule.shape for rule in dtype_table.rules}
         kinds = {(p.cublas, p.rule.shape == shape) for p, shape in zip(picks, shapes)}
         assert kinds == {(True, True), (True, False), (False, True), (False, False)}, dtype  # on and off the rules
@@ -406,6 +415,9 @@ def test_the_library_loads_cublas_at_run_time_with_no_headers_and_no_link_depend
     assert "AUTOTUNE_GEMM_CUBLAS=off" in readme and "libcublas.so.13" in readme
     cublas_rule = next(r for r in table.dtypes["f32"].rules if table.dtypes["f32"].goes_to_cublas(r))
     assert f"{cublas_rule.m}x{cublas_rule.n}x{cublas_rule.k}: cuBLAS (else `{cublas_rule.kernel}`)" in readme
+    for dtype, dtype_table in table.dtypes.items():  # the tuned range, outside which calls run cuBLAS
+        (m_low, m_high), (n_low, n_high), (k_low, k_high) = dtype_table.served_sizes().values()
+        assert f"{dtype} m {m_low}..{m_high}, n {n_low}..{n_high}, k {k_low}..{k_high}" in readme
 
 
 _CALLER = textwrap.dedent("""\
@@ -441,8 +453,8 @@ def _calls(library: Path, stand_ins: tuple[Path, Path], tmp_path: Path, calls, *
 
 
 def _picked_shapes(table: KernelTable, dtype: str, cublas: bool, count: int) -> list[tuple[int, int, int]]:
-    """``count`` shapes (near the rules) where the table picks cuBLAS, or where it picks the kernel."""
-    return [s for s in _shapes() if table.dtypes[dtype].pick(*s).cublas == cublas][:count]
+    """``count`` shapes (near the rules) where a call runs cuBLAS, or where it runs the kernel."""
+    return [s for s in _shapes() if _to_cublas(table.dtypes[dtype], s) == cublas][:count]
 
 
 @needs_compilers
@@ -462,7 +474,7 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
         pick = table.dtypes[dtype].pick(m, n, k)
         launches = [line for line in lines if line.startswith("cuLaunchKernel")]
         gemms = [line for line in lines if line.startswith(("cublasSgemm_v2", "cublasGemmEx"))]
-        if not pick.cublas:
+        if not _to_cublas(table.dtypes[dtype], (m, n, k)):
             assert len(launches) == 1 and gemms == [], (m, n, k)
             assert launches[0].startswith(f"cuLaunchKernel {table.dtypes[dtype].kernel(pick.kernel).launch.entry} ")
             assert not any(line.startswith(CUBLAS_CALLS) for line in lines)
@@ -502,3 +514,21 @@ def test_without_a_cublas_handle_calls_launch_the_kernel_and_a_refused_gemm_is_a
     results, logged = _calls(library, stand_ins, tmp_path, calls[:1], AUTOTUNE_GEMM_CUBLAS="off")
     assert results == [[SUCCESS, ""]] and not any(line.startswith("cublas") for line in logged[0])
     assert any(line.startswith(f"cuLaunchKernel {kernel.launch.entry} ") for line in logged[0])
+
+
+@needs_compilers
+def test_outside_the_tuned_range_calls_run_cublas_where_it_loads_else_the_kernel(exported, stand_ins, tmp_path):
+    table, _, library = exported
+    f32 = table.dtypes["f32"]
+    shape = next(s for s in _shapes() if f32.outside(*s) and not f32.pick(*s).cublas)
+    kernel = f32.kernel(f32.pick(*shape).kernel)
+    calls = [["autotune_sgemm", *shape, 1.0, A, B, 0.0, C, STREAM]]
+    results, logged = _calls(library, stand_ins, tmp_path, calls)
+    assert results == [[SUCCESS, ""]]
+    assert [line for line in logged[0] if line.startswith(("cublasSgemm_v2", "cuLaunchKernel"))] == [
+        f"cublasSgemm_v2 handle 256 op 0 0 m {shape[1]} n {shape[0]} k {shape[2]} alpha 1 A {B} lda {shape[1]} "
+        f"B {A} ldb {shape[2]} beta 0 C {C} ldc {shape[1]}"]
+    results, logged = _calls(library, stand_ins, tmp_path, calls, AUTOTUNE_GEMM_CUBLAS="off")
+    assert results == [[SUCCESS, ""]]
+    assert [line.split()[1] for line in logged[0] if line.startswith("cuLaunchKernel")] == [kernel.launch.entry]
+    assert not any(line.startswith("cublas") for line in logged[0])

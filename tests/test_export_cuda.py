@@ -5,6 +5,8 @@ for sm_90) is written out and built with CMake: static and installed for a C
 project that finds it with find_package, shared for ctypes. Launches go through
 a stand-in libcuda.so.1 (tests/data/fake_libcuda.c) that logs every driver
 call, so the launch path is checked against the Python launcher's contract.
+cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off) wherever calls are made, so
+every call launches a tuned kernel; tests/test_dispatch.py covers cuBLAS.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+NO_CUBLAS = {"AUTOTUNE_GEMM_CUBLAS": "off"}
 ELEMENT_BYTES = {"f32": 4, "f16": 2}
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
@@ -218,7 +221,7 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
         }}
         """))
     _cmake_build(consumer, tmp_path / "consumer_build", f"-DCMAKE_PREFIX_PATH={tmp_path / 'prefix'}")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver)}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), **NO_CUBLAS}
     lines = _run(tmp_path / "consumer_build" / "consumer", env=env).stdout.splitlines()
     assert lines[0] == "hgemm 2 autotune_hgemm: this library has no f16 kernels (it has f32 only)"
     assert lines[1] == "sgemm 0 "
@@ -254,12 +257,23 @@ def _shapes() -> list[tuple[int, int, int]]:
     return shapes
 
 
+def _cublas_loads(library, table) -> bool:
+    """Whether cuBLAS loads in this process: this table has no cuBLAS times, so only the tuned range sends
+    1 x 1 x 1 to cuBLAS, and only where it loads."""
+    assert table.dtypes["f32"].outside(1, 1, 1)
+    return library.autotune_kernel_for(b"f32", 1, 1, 1) == b"cublas"
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
-    chosen = set()
+    """Inside the tuned range; outside it a call runs cuBLAS where cuBLAS loads."""
+    chosen, cublas = set(), _cublas_loads(library, table)
     for m, n, k in _shapes():
         picked = library.autotune_kernel_for(dtype.encode(), m, n, k)
         assert picked is not None, library.autotune_last_error()
+        if cublas and table.dtypes[dtype].outside(m, n, k):
+            assert picked.decode() == "cublas", (dtype, m, n, k)
+            continue
         assert picked.decode() == table.dtypes[dtype].pick(m, n, k).kernel, (dtype, m, n, k)
         chosen.add((picked.decode(), table.dtypes[dtype].pick(m, n, k).rule.kernel == picked.decode()))
     assert {kept for _, kept in chosen} == {True, False}  # some shapes get another kernel than the rule's fastest
@@ -358,7 +372,8 @@ def _through_fake_driver(shared_library, fake_driver, tmp_path, calls, **env):
     driver logged during it."""
     log = tmp_path / "driver.log"
     log.unlink(missing_ok=True)
-    environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **env}
+    environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **NO_CUBLAS,
+                   **env}
     result = _run(sys.executable, "-c", _CALLER, shared_library, json.dumps(calls), log, env=environment)
     per_call: list[list[str]] = []
     for line in log.read_text().splitlines():
@@ -478,7 +493,7 @@ def test_calls_from_many_threads_load_each_kernel_once_and_keep_their_own_messag
         print(bad)
         """)
     log = tmp_path / "driver.log"
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log)}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **NO_CUBLAS}
     assert _run(sys.executable, "-c", script, shared_library, env=env).stdout.strip() == "[]"
     lines = log.read_text().splitlines()
     loads = [line for line in lines if line.startswith("cuModuleGetFunction")]

@@ -1,6 +1,7 @@
 /* cuBLAS, loaded at run time where it is installed: what a call runs where the table predicts the tuned
-   kernel slower than cuBLAS. The few cuBLAS types and functions the library calls are declared here
-   (values from cublas_api.h and library_types.h), so it builds without cuBLAS headers and links no cuBLAS. */
+   kernel slower than cuBLAS, and outside the tuned range. The few cuBLAS types and functions the library
+   calls are declared here (values from cublas_api.h and library_types.h), so it builds without cuBLAS
+   headers and links no cuBLAS. */
 #ifndef AUTOTUNE_GEMM_CUBLAS_H
 #define AUTOTUNE_GEMM_CUBLAS_H
 

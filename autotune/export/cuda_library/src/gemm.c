@@ -1,5 +1,5 @@
-/* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape), and
-   run cuBLAS where it is picked and loads, else launch the kernel. */
+/* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape, and
+   cuBLAS outside the tuned range), and run cuBLAS where it is picked and loads, else launch the kernel. */
 #include <string.h>
 
 #include "autotune_gemm.h"
@@ -16,6 +16,16 @@ static const char* available_dtypes(void) {
     if (autotune_gemm_f32.rule_count && autotune_gemm_f16.rule_count)
         return "f32 and f16";
     return autotune_gemm_f32.rule_count ? "f32 only" : "f16 only";
+}
+
+/* Where the table sends m x n x k: the kernel (index into autotune_gemm_kernels), and *cublas 1 where it
+   picks cuBLAS there or m x n x k is outside the tuned range (autotune.runtime.dispatch.decide). */
+static int route(const autotune_dtype_table* table, int m, int n, int k, int* cublas) {
+    int kernel = autotune_gemm_pick(table, m, n, k, cublas);
+    long long low = 0, high = 0;
+    if (autotune_gemm_outside(table, m, n, k, &low, &high) != 0)
+        *cublas = 1;
+    return kernel;
 }
 
 static autotune_status gemm(const char* function, autotune_call call) {
@@ -35,7 +45,7 @@ static autotune_status gemm(const char* function, autotune_call call) {
     if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
         return status;
     int cublas = 0;
-    int kernel = autotune_gemm_pick(call.table, call.m, call.n, call.k, &cublas);
+    int kernel = route(call.table, call.m, call.n, call.k, &cublas);
     const autotune_cublas* library = cublas ? autotune_gemm_cublas() : NULL;
     if (library != NULL) {
         int ran = 0;
@@ -92,7 +102,7 @@ const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
     if (table == NULL)
         return NULL;
     int cublas = 0;
-    int kernel = autotune_gemm_pick(table, m, n, k, &cublas);
+    int kernel = route(table, m, n, k, &cublas);
     return cublas && autotune_gemm_cublas() != NULL ? AUTOTUNE_GEMM_CUBLAS_NAME : autotune_gemm_kernels[kernel].name;
 }
 
