@@ -50,7 +50,9 @@ DEVICE1 = 0x7E0000000000  # device 1's
 A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
+OP_N, OP_T = 0, 1
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex"}
 NO_CUBLAS = {"AUTOTUNE_GEMM_CUBLAS": "off"}
 ELEMENT_BYTES = {"f32": 4, "f16": 2}
 
@@ -172,6 +174,12 @@ def _declare(lib) -> None:
     for name in FUNCTIONS.values():
         getattr(lib, name).argtypes = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
                                                             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+    for name in EX_FUNCTIONS.values():
+        getattr(lib, name).argtypes = [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
+                                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
+                                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.autotune_kernel_for_ex.restype = ctypes.c_char_p
+    lib.autotune_kernel_for_ex.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 8
 
 
 # -- building, installing, linking ------------------------------------------------------------
@@ -190,7 +198,7 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
         tables, fake_driver, tmp_path):
     """The default (static) build, with the C++ compiler missing: it configures and builds without it and
     leaves out the example. Installed, a C consumer finds it, links, and gets "unsupported" for the dtype
-    the table lacks; its sgemm goes through to the (stand-in) driver."""
+    the table lacks and for a transposed B without cuBLAS; its sgemm goes through to the (stand-in) driver."""
     write_library(tables[1], tmp_path / "lib")
     configured = _cmake_build(tmp_path / "lib", tmp_path / "build", "-DCMAKE_CXX_COMPILER=/nonexistent")
     assert (tmp_path / "build" / "libautotune_gemm.a").is_file()
@@ -217,6 +225,11 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
             printf("sgemm %d %s\\n", (int)status, autotune_last_error());
             printf("%s %d %d %s\\n", autotune_arch(), AUTOTUNE_GEMM_HAS_SGEMM, AUTOTUNE_GEMM_HAS_HGEMM,
                    autotune_kernel_for("f32", 64, 64, 64));
+            status = autotune_sgemm_ex(AUTOTUNE_OP_N, AUTOTUNE_OP_T, 64, 64, 64, 1.0f, p, 64, p, 64, 0.0f, p, 64,
+                                       NULL);
+            printf("sgemm_ex %d %s\\n", (int)status, autotune_last_error());
+            const char* ex = autotune_kernel_for_ex("f32", AUTOTUNE_OP_N, AUTOTUNE_OP_T, 64, 64, 64, 64, 64, 64);
+            printf("%d\\n", ex == NULL);
             return 0;
         }}
         """))
@@ -227,6 +240,10 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
     assert lines[1] == "sgemm 0 "
     pick = tables[1].dtypes["f32"].pick(64, 64, 64)
     assert lines[2] == f"sm_90 1 0 {pick.kernel}"
+    assert lines[3] == ("sgemm_ex 2 autotune_sgemm_ex: transa = N, transb = T, lda = 64, ldb = 64, ldc = 64 needs "
+                        "cuBLAS (the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n), and "
+                        "cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off)")
+    assert lines[4] == "1"
 
 
 def test_library_files_and_header_name_the_table(table, tmp_path):
@@ -334,6 +351,51 @@ def test_bad_arguments_get_their_status_and_one_line(library, dtype, call, statu
     assert getattr(library, FUNCTIONS[dtype])(m, n, k, 1.0, a, b, 0.0, c, None) == status
     assert library.autotune_last_error().decode().startswith(message)
     assert "\n" not in library.autotune_last_error().decode()
+
+
+# transa, transb, m, n, k, A, lda, B, ldb, C, ldc: each with its status and its one line
+EX_BAD = [
+    ((2, OP_N, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE,
+     "transa = 2: expected AUTOTUNE_OP_N (0) or AUTOTUNE_OP_T (1)"),
+    ((OP_N, -1, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE,
+     "transb = -1: expected AUTOTUNE_OP_N (0) or AUTOTUNE_OP_T (1)"),
+    ((OP_N, OP_T, 0, 16, 4, A, 4, B, 4, C, 16), INVALID_VALUE, "m = 0: expected m >= 1"),
+    ((OP_T, OP_N, 8, 16, -2, A, 8, B, 16, C, 16), INVALID_VALUE, "k = -2: expected k >= 1"),
+    ((OP_N, OP_N, 8, 16, 4, A, 3, B, 16, C, 16), INVALID_VALUE, "lda = 3: expected lda >= k = 4"),
+    ((OP_T, OP_N, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE, "lda = 4: expected lda >= m = 8"),
+    ((OP_N, OP_N, 8, 16, 4, A, 4, B, 15, C, 16), INVALID_VALUE, "ldb = 15: expected ldb >= n = 16"),
+    ((OP_N, OP_T, 8, 16, 4, A, 4, B, 3, C, 16), INVALID_VALUE, "ldb = 3: expected ldb >= k = 4"),
+    ((OP_T, OP_T, 8, 16, 4, A, 8, B, 4, C, 0), INVALID_VALUE, "ldc = 0: expected ldc >= n = 16"),
+    ((OP_N, OP_T, 8, 16, 4, None, 4, B, 4, C, 16), INVALID_VALUE, "A = NULL: expected a device pointer"),
+    ((OP_T, OP_N, 8, 16, 4, A, 8, B, 16, None, 20), INVALID_VALUE, "C = NULL: expected a device pointer"),
+    # the layout the kernels take is checked as autotune_sgemm checks it
+    ((OP_N, OP_N, 50000, 50000, 16, A, 16, B, 50000, C, 50000), UNSUPPORTED,
+     "C is m x n = 50000 x 50000 = 2500000000 elements: expected at most 2147483647 (the kernels index with int32)"),
+    ((OP_N, OP_N, 8, 8, 8, A + 4, 8, B, 8, C, 8), UNSUPPORTED,
+     f"A = {A + 4:#x}: expected a 16-byte aligned address (the tuned kernels need one)"),
+]
+
+
+@pytest.mark.parametrize("call, status, message", EX_BAD)
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_bad_arguments_of_the_ex_functions_get_their_status_and_one_line(library, dtype, call, status, message):
+    transa, transb, m, n, k, a, lda, b, ldb, c, ldc = call
+    assert getattr(library, EX_FUNCTIONS[dtype])(transa, transb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc,
+                                                 None) == status
+    assert library.autotune_last_error().decode() == message
+    if a is None or c is None or status == UNSUPPORTED and "aligned" in message:
+        return  # a question about a layout has no pointers
+    assert library.autotune_kernel_for_ex(dtype.encode(), transa, transb, m, n, k, lda, ldb, ldc) is None
+    assert library.autotune_last_error().decode() == message
+
+
+def test_kernel_for_ex_takes_the_kernels_layout_as_kernel_for_does(library, table):
+    for dtype in ("f32", "f16"):
+        for m, n, k in [(1000, 1000, 1000), (777, 1333, 555), (4096, 4096, 4096), (1, 1, 1)]:
+            expected = library.autotune_kernel_for(dtype.encode(), m, n, k)
+            assert library.autotune_kernel_for_ex(dtype.encode(), OP_N, OP_N, m, n, k, k, n, n) == expected
+    assert library.autotune_kernel_for_ex(b"f64", OP_N, OP_N, 8, 8, 8, 8, 8, 8) is None
+    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "sgemm" or "hgemm"'
 
 
 def test_without_a_driver_a_call_says_so(library):
