@@ -4,8 +4,9 @@ The table picks cuBLAS where its tuned kernel's predicted time (its time at the 
 scaled by its busiest SM's work) is more than cuBLAS's (its time there, carried in proportion to
 m * n * k). Checked here: the pick itself, the runtime's decision and ``explain`` (on the host device),
 the held-out report and ``autotune table``, old table files, and the exported C library (built with
-stand-in cubins; its rule against the Python pick, and its cuBLAS path through a stand-in libcuda and
-libcublas that log every call).
+stand-in cubins; its rule against the Python pick with cuBLAS outside the tuned range, and its cuBLAS
+path through a stand-in libcuda and libcublas that log every call, with the layouts of the _ex functions
+that only cuBLAS takes).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -258,8 +260,11 @@ needs_compilers = pytest.mark.skipif(
 DEVICE0 = 0x7F0000000000  # tests/data/fake_libcuda.c: device 0's memory
 A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
-SUCCESS, CUDA_ERROR = 0, 6
+SUCCESS, INVALID_VALUE, UNSUPPORTED, CUDA_ERROR = 0, 1, 2, 6
+OP_N, OP_T = 0, 1
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex"}
+GEMMS = {"f32": "cublasSgemm_v2", "f16": "cublasGemmEx"}
 CUBLAS_CALLS = ("cublasCreate_v2", "cublasSetStream_v2", "cublasSgemm_v2", "cublasGemmEx")
 
 
@@ -371,6 +376,12 @@ def _kernel_for(library: Path, shapes: dict, **env) -> dict[str, list[str]]:
     return json.loads(result.stdout)
 
 
+def _to_cublas(dtype_table: DtypeTable, shape: tuple[int, int, int]) -> bool:
+    """Whether a call runs cuBLAS where it loads: the table picks it, or the shape is outside the tuned range
+    (autotune.runtime.dispatch.decide)."""
+    return dtype_table.pick(*shape).cublas or dtype_table.outside(*shape) is not None
+
+
 @needs_compilers
 def test_the_library_renders_the_python_pick_with_cublas_and_falls_back_to_the_kernel_without_it(exported, stand_ins):
     table, _, library = exported
@@ -381,8 +392,11 @@ def test_the_library_renders_the_python_pick_with_cublas_and_falls_back_to_the_k
     missing = _kernel_for(library, asked, AUTOTUNE_GEMM_CUBLAS=str(stand_ins[0] / "libcublas.so.404"))
     for dtype, dtype_table in table.dtypes.items():
         picks = [dtype_table.pick(*shape) for shape in shapes]
-        assert with_cublas[dtype] == [CUBLAS if p.cublas else p.kernel for p in picks], dtype
+        assert with_cublas[dtype] == [CUBLAS if _to_cublas(dtype_table, s) else p.kernel
+                                      for p, s in zip(picks, shapes)], dtype
         assert off[dtype] == missing[dtype] == [p.kernel for p in picks], dtype
+        outside = [p for p, s in zip(picks, shapes) if dtype_table.outside(*s)]
+        assert any(not p.cublas for p in outside) and any(p.cublas for p in outside), dtype
         ruled = {rule.shape for rule in dtype_table.rules}
         kinds = {(p.cublas, p.rule.shape == shape) for p, shape in zip(picks, shapes)}
         assert kinds == {(True, True), (True, False), (False, True), (False, False)}, dtype  # on and off the rules
@@ -406,20 +420,34 @@ def test_the_library_loads_cublas_at_run_time_with_no_headers_and_no_link_depend
     assert "AUTOTUNE_GEMM_CUBLAS=off" in readme and "libcublas.so.13" in readme
     cublas_rule = next(r for r in table.dtypes["f32"].rules if table.dtypes["f32"].goes_to_cublas(r))
     assert f"{cublas_rule.m}x{cublas_rule.n}x{cublas_rule.k}: cuBLAS (else `{cublas_rule.kernel}`)" in readme
+    for dtype, dtype_table in table.dtypes.items():  # the tuned range, outside which calls run cuBLAS
+        (m_low, m_high), (n_low, n_high), (k_low, k_high) = dtype_table.served_sizes().values()
+        assert f"{dtype} m {m_low}..{m_high}, n {n_low}..{n_high}, k {k_low}..{k_high}" in readme
+    assert "typedef enum autotune_op" in header and "AUTOTUNE_GEMM_API autotune_status autotune_hgemm_ex(" in header
+    assert "autotune_kernel_for_ex(" in header and "lda = 3: expected lda >= k = 8" in header
+    assert "autotune_sgemm_ex(AUTOTUNE_OP_N, AUTOTUNE_OP_T, m, n, k, 1.0f, x, k, W, k, 0.0f, y, n, stream);" in readme
 
 
 _CALLER = textwrap.dedent("""\
     import ctypes, json, sys
     lib = ctypes.CDLL(sys.argv[1])
     lib.autotune_last_error.restype = ctypes.c_char_p
-    arguments = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
-                                      ctypes.c_void_p, ctypes.c_void_p]
+    lib.autotune_kernel_for_ex.restype = ctypes.c_char_p
+    i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    signatures = {"gemm": [i] * 3 + [f, p, p, f, p, p], "gemm_ex": [i] * 5 + [f, p, i, p, i, f, p, i, p],
+                  "kernel_for_ex": [ctypes.c_char_p] + [i] * 8}
     results = []
-    for i, (function, *call) in enumerate(json.loads(sys.argv[2])):
+    for number, (function, *call) in enumerate(json.loads(sys.argv[2])):
         with open(sys.argv[3], "a") as log:
-            log.write(f"call {i}\\n")
-        getattr(lib, function).argtypes = arguments
-        results.append([getattr(lib, function)(*call), lib.autotune_last_error().decode()])
+            log.write(f"call {number}\\n")
+        kind = ("kernel_for_ex" if function == "autotune_kernel_for_ex" else
+                "gemm_ex" if function.endswith("_ex") else "gemm")
+        getattr(lib, function).argtypes = signatures[kind]
+        if kind == "kernel_for_ex":
+            call[0] = call[0].encode()
+        answer = getattr(lib, function)(*call)
+        results.append([answer.decode() if isinstance(answer, bytes) else answer,
+                        lib.autotune_last_error().decode()])
     print(json.dumps(results))
     """)
 
@@ -441,8 +469,8 @@ def _calls(library: Path, stand_ins: tuple[Path, Path], tmp_path: Path, calls, *
 
 
 def _picked_shapes(table: KernelTable, dtype: str, cublas: bool, count: int) -> list[tuple[int, int, int]]:
-    """``count`` shapes (near the rules) where the table picks cuBLAS, or where it picks the kernel."""
-    return [s for s in _shapes() if table.dtypes[dtype].pick(*s).cublas == cublas][:count]
+    """``count`` shapes (near the rules) where a call runs cuBLAS, or where it runs the kernel."""
+    return [s for s in _shapes() if _to_cublas(table.dtypes[dtype], s) == cublas][:count]
 
 
 @needs_compilers
@@ -462,7 +490,7 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
         pick = table.dtypes[dtype].pick(m, n, k)
         launches = [line for line in lines if line.startswith("cuLaunchKernel")]
         gemms = [line for line in lines if line.startswith(("cublasSgemm_v2", "cublasGemmEx"))]
-        if not pick.cublas:
+        if not _to_cublas(table.dtypes[dtype], (m, n, k)):
             assert len(launches) == 1 and gemms == [], (m, n, k)
             assert launches[0].startswith(f"cuLaunchKernel {table.dtypes[dtype].kernel(pick.kernel).launch.entry} ")
             assert not any(line.startswith(CUBLAS_CALLS) for line in lines)
@@ -502,3 +530,188 @@ def test_without_a_cublas_handle_calls_launch_the_kernel_and_a_refused_gemm_is_a
     results, logged = _calls(library, stand_ins, tmp_path, calls[:1], AUTOTUNE_GEMM_CUBLAS="off")
     assert results == [[SUCCESS, ""]] and not any(line.startswith("cublas") for line in logged[0])
     assert any(line.startswith(f"cuLaunchKernel {kernel.launch.entry} ") for line in logged[0])
+
+
+@needs_compilers
+def test_outside_the_tuned_range_calls_run_cublas_where_it_loads_else_the_kernel(exported, stand_ins, tmp_path):
+    table, _, library = exported
+    f32 = table.dtypes["f32"]
+    shape = next(s for s in _shapes() if f32.outside(*s) and not f32.pick(*s).cublas)
+    kernel = f32.kernel(f32.pick(*shape).kernel)
+    calls = [["autotune_sgemm", *shape, 1.0, A, B, 0.0, C, STREAM]]
+    results, logged = _calls(library, stand_ins, tmp_path, calls)
+    assert results == [[SUCCESS, ""]]
+    assert [line for line in logged[0] if line.startswith(("cublasSgemm_v2", "cuLaunchKernel"))] == [
+        f"cublasSgemm_v2 handle 256 op 0 0 m {shape[1]} n {shape[0]} k {shape[2]} alpha 1 A {B} lda {shape[1]} "
+        f"B {A} ldb {shape[2]} beta 0 C {C} ldc {shape[1]}"]
+    results, logged = _calls(library, stand_ins, tmp_path, calls, AUTOTUNE_GEMM_CUBLAS="off")
+    assert results == [[SUCCESS, ""]]
+    assert [line.split()[1] for line in logged[0] if line.startswith("cuLaunchKernel")] == [kernel.launch.entry]
+    assert not any(line.startswith("cublas") for line in logged[0])
+
+
+# -- the _ex functions: transposes and leading dimensions --------------------------------------------------
+
+# transa, transb and how much each leading dimension exceeds its operand's row length (lda, ldb, ldc)
+LAYOUTS = [(ta, tb, pads) for ta in (OP_N, OP_T) for tb in (OP_N, OP_T) for pads in ((0, 0, 0), (2, 3, 4))] + [
+    (OP_N, OP_N, (0, 0, 4)), (OP_N, OP_N, (1, 0, 0)), (OP_N, OP_N, (0, 5, 0)), (OP_N, OP_T, (0, 0, 4)),
+    (OP_T, OP_N, (0, 3, 0))]
+GEMM_LINE = re.compile(r"(cublasSgemm_v2|cublasGemmEx) handle \d+ op (\d) (\d) m (\d+) n (\d+) k (\d+) alpha (\S+) "
+                       r"A (\d+)(?: type \d+)? lda (\d+) B (\d+)(?: type \d+)? ldb (\d+) beta (\S+) "
+                       r"C (\d+)(?: type \d+)? ldc (\d+)")
+
+
+def _leading_dimensions(transa: int, transb: int, m: int, n: int, k: int, pads=(0, 0, 0)) -> tuple[int, int, int]:
+    """lda, ldb and ldc: each operand's stored row length (A m x k or k x m, B k x n or n x k, C m x n), padded."""
+    return (m if transa else k) + pads[0], (k if transb else n) + pads[1], n + pads[2]
+
+
+def _ex_call(dtype, transa, transb, m, n, k, lda, ldb, ldc, alpha=1.5, beta=-0.5, a=A, b=B, c=C) -> list:
+    return [EX_FUNCTIONS[dtype], transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, STREAM]
+
+
+def _rows(rows: int, columns: int, ld: int) -> numpy.ndarray:
+    """Where each element of a row-major rows x columns matrix with rows ld apart lies."""
+    i, j = numpy.ogrid[:rows, :columns]
+    return i * ld + j
+
+
+def _columns(rows: int, columns: int, ld: int) -> numpy.ndarray:
+    """Where each element of a column-major rows x columns matrix with columns ld apart lies."""
+    i, j = numpy.ogrid[:rows, :columns]
+    return i + j * ld
+
+
+def _run_as_cublas(line: str, memory: dict[int, numpy.ndarray]) -> numpy.ndarray:
+    """C's memory after the logged cuBLAS GEMM, computed with cuBLAS's (column-major) meaning of its
+    arguments on ``memory`` (address -> elements)."""
+    _, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = GEMM_LINE.match(line).groups()
+    ta, tb, m, n, k, lda, ldb, ldc = map(int, (ta, tb, m, n, k, lda, ldb, ldc))
+    op_a = memory[int(a)][_columns(k, m, lda)].T if ta else memory[int(a)][_columns(m, k, lda)]
+    op_b = memory[int(b)][_columns(n, k, ldb)].T if tb else memory[int(b)][_columns(k, n, ldb)]
+    out = memory[int(c)].copy()
+    where = _columns(m, n, ldc)
+    out[where] = float(alpha) * op_a @ op_b + float(beta) * out[where]
+    return out
+
+
+def _row_major_gemm(transa, transb, m, n, k, lda, ldb, ldc, alpha, beta, memory) -> numpy.ndarray:
+    """C's memory after C = alpha * op(A) op(B) + beta * C as the _ex functions define it (row-major)."""
+    op_a = memory[A][_rows(k, m, lda)].T if transa else memory[A][_rows(m, k, lda)]
+    op_b = memory[B][_rows(n, k, ldb)].T if transb else memory[B][_rows(k, n, ldb)]
+    out = memory[C].copy()
+    where = _rows(m, n, ldc)
+    out[where] = alpha * op_a @ op_b + beta * out[where]
+    return out
+
+
+@needs_compilers
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_each_ex_layout_is_the_cublas_gemm_of_the_transposed_product(exported, stand_ins, tmp_path, dtype):
+    """Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first with transb and
+    ldb, then A with transa and lda, m and n swapped; checked both as the logged arguments and by running
+    them with cuBLAS's meaning on random memory against the row-major product."""
+    table, _, library = exported
+    m, n, k = 5, 7, 3  # outside the tuned range: the kernels' layout runs cuBLAS too, as autotune_sgemm does
+    assert table.dtypes[dtype].outside(m, n, k)
+    cases = [(ta, tb, _leading_dimensions(ta, tb, m, n, k, pads)) for ta, tb, pads in LAYOUTS]
+    calls = [_ex_call(dtype, ta, tb, m, n, k, *lds) for ta, tb, lds in cases]
+    calls.append([FUNCTIONS[dtype], m, n, k, 1.5, A, B, -0.5, C, STREAM])
+    results, logged = _calls(library, stand_ins, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * len(calls)
+    gemms = [[line for line in lines if line.startswith(GEMMS[dtype])] for lines in logged]
+    assert all(not any(line.startswith("cuLaunchKernel") for line in lines) for lines in logged)
+    rng = numpy.random.default_rng(7)
+    for (ta, tb, (lda, ldb, ldc)), lines in zip(cases, gemms):
+        fields = (f"op {tb} {ta} m {n} n {m} k {k} alpha 1.5 A {B}" + (" type 2" if dtype == "f16" else "") +
+                  f" lda {ldb} B {A}" + (" type 2" if dtype == "f16" else "") + f" ldb {lda} beta -0.5 C {C}" +
+                  (" type 2" if dtype == "f16" else "") + f" ldc {ldc}")
+        tail = " compute 68 algo -1" if dtype == "f16" else ""
+        assert lines == [f"{GEMMS[dtype]} handle 256 {fields}{tail}"], (ta, tb, lda, ldb, ldc)
+        memory = {address: rng.standard_normal(256) for address in (A, B, C)}
+        expected = _row_major_gemm(ta, tb, m, n, k, lda, ldb, ldc, 1.5, -0.5, memory)
+        numpy.testing.assert_allclose(_run_as_cublas(lines[0], memory), expected, rtol=1e-12, atol=1e-12)
+    assert gemms[cases.index((OP_N, OP_N, (k, n, n)))] == gemms[-1]  # what autotune_sgemm (hgemm) runs there
+
+
+@needs_compilers
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_the_kernels_layout_goes_the_way_of_the_plain_function(exported, stand_ins, tmp_path, dtype):
+    """transa = transb = N with lda = k, ldb = n, ldc = n: the same driver and cuBLAS calls as autotune_sgemm
+    (autotune_hgemm) makes, the kernel's launch included, where it runs the kernel and where cuBLAS."""
+    table, _, library = exported
+    shapes = _picked_shapes(table, dtype, False, 3) + _picked_shapes(table, dtype, True, 2)
+    calls = []
+    for m, n, k in shapes:
+        plain = [FUNCTIONS[dtype], m, n, k, 0.75, A, B, 0.25, C, STREAM]
+        calls += [plain, _ex_call(dtype, OP_N, OP_N, m, n, k, k, n, n, alpha=0.75, beta=0.25), plain]
+    results, logged = _calls(library, stand_ins, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * len(calls)
+    for i, shape in enumerate(shapes):
+        ex, plain = logged[3 * i + 1], logged[3 * i + 2]  # both after the first call loaded what it needed
+        assert ex == plain, shape
+        launches = [line for line in ex if line.startswith("cuLaunchKernel")]
+        if _to_cublas(table.dtypes[dtype], shape):
+            assert launches == [] and any(line.startswith(GEMMS[dtype]) for line in ex), shape
+        else:
+            kernel = table.dtypes[dtype].kernel(table.dtypes[dtype].pick(*shape).kernel)
+            assert len(launches) == 1 and launches[0].startswith(f"cuLaunchKernel {kernel.launch.entry} "), shape
+
+
+@needs_compilers
+def test_a_layout_only_cublas_takes_is_unsupported_without_it_with_one_line(exported, stand_ins, tmp_path):
+    table, _, library = exported
+    (m, n, k), = _picked_shapes(table, "f32", False, 1)
+    layout = f"transa = N, transb = T, lda = {k}, ldb = {k}, ldc = {n}"
+    needs = f"{layout} needs cuBLAS (the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n)"
+    calls = [_ex_call("f32", OP_N, OP_T, m, n, k, k, k, n), _ex_call("f32", OP_N, OP_N, m, n, k, k, n, n),
+             ["autotune_kernel_for_ex", "f32", OP_N, OP_T, m, n, k, k, k, n],
+             ["autotune_kernel_for_ex", "f16", OP_T, OP_N, m, n, k, m, n, n + 1]]
+    for env, why in [({"AUTOTUNE_GEMM_CUBLAS": "off"}, "cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off)"),
+                     ({"AUTOTUNE_GEMM_CUBLAS": str(stand_ins[0] / "libcublas.so.404")},
+                      f"AUTOTUNE_GEMM_CUBLAS={stand_ins[0] / 'libcublas.so.404'} does not load"),
+                     ({"AUTOTUNE_GEMM_CUBLAS": str(stand_ins[0] / "libcuda.so.1")},
+                      f"AUTOTUNE_GEMM_CUBLAS={stand_ins[0] / 'libcuda.so.1'} lacks cublasCreate_v2")]:
+        results, logged = _calls(library, stand_ins, tmp_path, calls, **env)
+        assert results[0] == [UNSUPPORTED, f"autotune_sgemm_ex: {needs}, and {why}"]
+        assert not any(line.startswith(("cuLaunchKernel", "cublas")) for line in logged[0])
+        assert results[1] == [SUCCESS, ""] and any(line.startswith("cuLaunchKernel") for line in logged[1])
+        assert results[2] == [None, f"{needs}, and {why}"]
+        assert results[3][0] is None and results[3][1].startswith(
+            f"transa = T, transb = N, lda = {m}, ldb = {n}, ldc = {n + 1} needs cuBLAS")
+    results, _ = _calls(library, stand_ins, tmp_path, calls[2:])
+    assert results == [[CUBLAS, ""], [CUBLAS, ""]]
+
+
+@needs_compilers
+def test_cublas_failures_on_a_layout_only_it_takes_name_the_layout(exported, stand_ins, tmp_path):
+    _, _, library = exported
+    calls = [_ex_call("f32", OP_T, OP_T, 64, 32, 16, 64, 16, 40)] * 2
+    layout = "transa = T, transb = T, lda = 64, ldb = 16, ldc = 40"
+    results, logged = _calls(library, stand_ins, tmp_path, calls, FAKE_CUBLAS_CREATE_STATUS="1")
+    expected = (f"autotune_sgemm_ex: {layout} needs cuBLAS (the tuned kernels take transa = transb = N with lda = k, "
+                f"ldb = n and ldc = n), and cublasCreate_v2 of {stand_ins[1]} failed in this context: "
+                "CUBLAS_STATUS_NOT_INITIALIZED 1")
+    assert results == [[CUDA_ERROR, expected]] * 2  # tried once per context, the same answer after
+    assert not any(line.startswith("cuLaunchKernel") for lines in logged for line in lines)
+    results, _ = _calls(library, stand_ins, tmp_path, calls[:1], FAKE_CUBLAS_GEMM_STATUS="13")
+    assert results == [[CUDA_ERROR, f"cublasSgemm_v2 of {stand_ins[1]} for 64 x 32 x 16 ({layout}) failed: "
+                                    "CUBLAS_STATUS_EXECUTION_FAILED 13"]]
+
+
+@needs_compilers
+def test_ex_operands_need_room_for_their_strided_rows_and_no_16_byte_alignment_on_cublas(exported, stand_ins,
+                                                                                          tmp_path):
+    _, _, library = exported
+    m, n, k = 5, 7, 3
+    needed = ((m - 1) * 11 + n) * 4  # C's rows 11 apart: the last one ends 4 * 11 + 7 elements in
+    room = {"FAKE_CUDA_ALLOCATION_BYTES": str(C - DEVICE0 + needed)}
+    results, _ = _calls(library, stand_ins, tmp_path, [_ex_call("f32", OP_N, OP_T, m, n, k, k, k, 11)], **room)
+    assert results == [[SUCCESS, ""]]
+    short = {"FAKE_CUDA_ALLOCATION_BYTES": str(C - DEVICE0 + needed - 4)}
+    results, _ = _calls(library, stand_ins, tmp_path, [_ex_call("f32", OP_N, OP_T, m, n, k, k, k, 11)], **short)
+    assert results == [[INVALID_VALUE, f"C = {C:#x}: expected room for m x n = 5 x 7 elements with rows ldc = 11 "
+                                       f"apart ({needed} bytes), its allocation holds {needed - 4} bytes from there"]]
+    results, logged = _calls(library, stand_ins, tmp_path, [_ex_call("f32", OP_T, OP_N, m, n, k, m, n, n, a=A + 4)])
+    assert results == [[SUCCESS, ""]]
+    assert any(line.startswith("cublasSgemm_v2") and f" B {A + 4} " in line for line in logged[0])

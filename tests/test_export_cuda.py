@@ -5,6 +5,8 @@ for sm_90) is written out and built with CMake: static and installed for a C
 project that finds it with find_package, shared for ctypes. Launches go through
 a stand-in libcuda.so.1 (tests/data/fake_libcuda.c) that logs every driver
 call, so the launch path is checked against the Python launcher's contract.
+cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off) wherever calls are made, so
+every call launches a tuned kernel; tests/test_dispatch.py covers cuBLAS.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ DEVICE1 = 0x7E0000000000  # device 1's
 A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
+OP_N, OP_T = 0, 1
 FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
+EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex"}
+NO_CUBLAS = {"AUTOTUNE_GEMM_CUBLAS": "off"}
 ELEMENT_BYTES = {"f32": 4, "f16": 2}
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
@@ -169,6 +174,12 @@ def _declare(lib) -> None:
     for name in FUNCTIONS.values():
         getattr(lib, name).argtypes = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
                                                             ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]
+    for name in EX_FUNCTIONS.values():
+        getattr(lib, name).argtypes = [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
+                                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
+                                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.autotune_kernel_for_ex.restype = ctypes.c_char_p
+    lib.autotune_kernel_for_ex.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 8
 
 
 # -- building, installing, linking ------------------------------------------------------------
@@ -187,7 +198,7 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
         tables, fake_driver, tmp_path):
     """The default (static) build, with the C++ compiler missing: it configures and builds without it and
     leaves out the example. Installed, a C consumer finds it, links, and gets "unsupported" for the dtype
-    the table lacks; its sgemm goes through to the (stand-in) driver."""
+    the table lacks and for a transposed B without cuBLAS; its sgemm goes through to the (stand-in) driver."""
     write_library(tables[1], tmp_path / "lib")
     configured = _cmake_build(tmp_path / "lib", tmp_path / "build", "-DCMAKE_CXX_COMPILER=/nonexistent")
     assert (tmp_path / "build" / "libautotune_gemm.a").is_file()
@@ -214,16 +225,25 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
             printf("sgemm %d %s\\n", (int)status, autotune_last_error());
             printf("%s %d %d %s\\n", autotune_arch(), AUTOTUNE_GEMM_HAS_SGEMM, AUTOTUNE_GEMM_HAS_HGEMM,
                    autotune_kernel_for("f32", 64, 64, 64));
+            status = autotune_sgemm_ex(AUTOTUNE_OP_N, AUTOTUNE_OP_T, 64, 64, 64, 1.0f, p, 64, p, 64, 0.0f, p, 64,
+                                       NULL);
+            printf("sgemm_ex %d %s\\n", (int)status, autotune_last_error());
+            const char* ex = autotune_kernel_for_ex("f32", AUTOTUNE_OP_N, AUTOTUNE_OP_T, 64, 64, 64, 64, 64, 64);
+            printf("%d\\n", ex == NULL);
             return 0;
         }}
         """))
     _cmake_build(consumer, tmp_path / "consumer_build", f"-DCMAKE_PREFIX_PATH={tmp_path / 'prefix'}")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver)}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), **NO_CUBLAS}
     lines = _run(tmp_path / "consumer_build" / "consumer", env=env).stdout.splitlines()
     assert lines[0] == "hgemm 2 autotune_hgemm: this library has no f16 kernels (it has f32 only)"
     assert lines[1] == "sgemm 0 "
     pick = tables[1].dtypes["f32"].pick(64, 64, 64)
     assert lines[2] == f"sm_90 1 0 {pick.kernel}"
+    assert lines[3] == ("sgemm_ex 2 autotune_sgemm_ex: transa = N, transb = T, lda = 64, ldb = 64, ldc = 64 needs "
+                        "cuBLAS (the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n), and "
+                        "cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off)")
+    assert lines[4] == "1"
 
 
 def test_library_files_and_header_name_the_table(table, tmp_path):
@@ -254,12 +274,23 @@ def _shapes() -> list[tuple[int, int, int]]:
     return shapes
 
 
+def _cublas_loads(library, table) -> bool:
+    """Whether cuBLAS loads in this process: this table has no cuBLAS times, so only the tuned range sends
+    1 x 1 x 1 to cuBLAS, and only where it loads."""
+    assert table.dtypes["f32"].outside(1, 1, 1)
+    return library.autotune_kernel_for(b"f32", 1, 1, 1) == b"cublas"
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
-    chosen = set()
+    """Inside the tuned range; outside it a call runs cuBLAS where cuBLAS loads."""
+    chosen, cublas = set(), _cublas_loads(library, table)
     for m, n, k in _shapes():
         picked = library.autotune_kernel_for(dtype.encode(), m, n, k)
         assert picked is not None, library.autotune_last_error()
+        if cublas and table.dtypes[dtype].outside(m, n, k):
+            assert picked.decode() == "cublas", (dtype, m, n, k)
+            continue
         assert picked.decode() == table.dtypes[dtype].pick(m, n, k).kernel, (dtype, m, n, k)
         chosen.add((picked.decode(), table.dtypes[dtype].pick(m, n, k).rule.kernel == picked.decode()))
     assert {kept for _, kept in chosen} == {True, False}  # some shapes get another kernel than the rule's fastest
@@ -322,6 +353,51 @@ def test_bad_arguments_get_their_status_and_one_line(library, dtype, call, statu
     assert "\n" not in library.autotune_last_error().decode()
 
 
+# transa, transb, m, n, k, A, lda, B, ldb, C, ldc: each with its status and its one line
+EX_BAD = [
+    ((2, OP_N, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE,
+     "transa = 2: expected AUTOTUNE_OP_N (0) or AUTOTUNE_OP_T (1)"),
+    ((OP_N, -1, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE,
+     "transb = -1: expected AUTOTUNE_OP_N (0) or AUTOTUNE_OP_T (1)"),
+    ((OP_N, OP_T, 0, 16, 4, A, 4, B, 4, C, 16), INVALID_VALUE, "m = 0: expected m >= 1"),
+    ((OP_T, OP_N, 8, 16, -2, A, 8, B, 16, C, 16), INVALID_VALUE, "k = -2: expected k >= 1"),
+    ((OP_N, OP_N, 8, 16, 4, A, 3, B, 16, C, 16), INVALID_VALUE, "lda = 3: expected lda >= k = 4"),
+    ((OP_T, OP_N, 8, 16, 4, A, 4, B, 16, C, 16), INVALID_VALUE, "lda = 4: expected lda >= m = 8"),
+    ((OP_N, OP_N, 8, 16, 4, A, 4, B, 15, C, 16), INVALID_VALUE, "ldb = 15: expected ldb >= n = 16"),
+    ((OP_N, OP_T, 8, 16, 4, A, 4, B, 3, C, 16), INVALID_VALUE, "ldb = 3: expected ldb >= k = 4"),
+    ((OP_T, OP_T, 8, 16, 4, A, 8, B, 4, C, 0), INVALID_VALUE, "ldc = 0: expected ldc >= n = 16"),
+    ((OP_N, OP_T, 8, 16, 4, None, 4, B, 4, C, 16), INVALID_VALUE, "A = NULL: expected a device pointer"),
+    ((OP_T, OP_N, 8, 16, 4, A, 8, B, 16, None, 20), INVALID_VALUE, "C = NULL: expected a device pointer"),
+    # the layout the kernels take is checked as autotune_sgemm checks it
+    ((OP_N, OP_N, 50000, 50000, 16, A, 16, B, 50000, C, 50000), UNSUPPORTED,
+     "C is m x n = 50000 x 50000 = 2500000000 elements: expected at most 2147483647 (the kernels index with int32)"),
+    ((OP_N, OP_N, 8, 8, 8, A + 4, 8, B, 8, C, 8), UNSUPPORTED,
+     f"A = {A + 4:#x}: expected a 16-byte aligned address (the tuned kernels need one)"),
+]
+
+
+@pytest.mark.parametrize("call, status, message", EX_BAD)
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_bad_arguments_of_the_ex_functions_get_their_status_and_one_line(library, dtype, call, status, message):
+    transa, transb, m, n, k, a, lda, b, ldb, c, ldc = call
+    assert getattr(library, EX_FUNCTIONS[dtype])(transa, transb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc,
+                                                 None) == status
+    assert library.autotune_last_error().decode() == message
+    if a is None or c is None or status == UNSUPPORTED and "aligned" in message:
+        return  # a question about a layout has no pointers
+    assert library.autotune_kernel_for_ex(dtype.encode(), transa, transb, m, n, k, lda, ldb, ldc) is None
+    assert library.autotune_last_error().decode() == message
+
+
+def test_kernel_for_ex_takes_the_kernels_layout_as_kernel_for_does(library, table):
+    for dtype in ("f32", "f16"):
+        for m, n, k in [(1000, 1000, 1000), (777, 1333, 555), (4096, 4096, 4096), (1, 1, 1)]:
+            expected = library.autotune_kernel_for(dtype.encode(), m, n, k)
+            assert library.autotune_kernel_for_ex(dtype.encode(), OP_N, OP_N, m, n, k, k, n, n) == expected
+    assert library.autotune_kernel_for_ex(b"f64", OP_N, OP_N, 8, 8, 8, 8, 8, 8) is None
+    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "sgemm" or "hgemm"'
+
+
 def test_without_a_driver_a_call_says_so(library):
     if ctypes.util.find_library("cuda"):
         pytest.skip("this machine has a CUDA driver")
@@ -358,7 +434,8 @@ def _through_fake_driver(shared_library, fake_driver, tmp_path, calls, **env):
     driver logged during it."""
     log = tmp_path / "driver.log"
     log.unlink(missing_ok=True)
-    environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **env}
+    environment = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **NO_CUBLAS,
+                   **env}
     result = _run(sys.executable, "-c", _CALLER, shared_library, json.dumps(calls), log, env=environment)
     per_call: list[list[str]] = []
     for line in log.read_text().splitlines():
@@ -478,7 +555,7 @@ def test_calls_from_many_threads_load_each_kernel_once_and_keep_their_own_messag
         print(bad)
         """)
     log = tmp_path / "driver.log"
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log)}
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_driver), "FAKE_CUDA_LOG": str(log), **NO_CUBLAS}
     assert _run(sys.executable, "-c", script, shared_library, env=env).stdout.strip() == "[]"
     lines = log.read_text().splitlines()
     loads = [line for line in lines if line.startswith("cuModuleGetFunction")]

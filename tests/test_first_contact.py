@@ -400,8 +400,10 @@ def test_the_library_readme_has_one_tuned_shape_per_row():
              for i in range(56)]
     text = environment.get_template("README.md.j2").render(
         scope="h200", arch="sm_90", version="0", source="tests", measured_on="NVIDIA H200",
-        dtypes=[{"name": "f32", "function": "autotune_sgemm", "rules": rules},
-                {"name": "f16", "function": "autotune_hgemm", "rules": []}])
+        dtypes=[{"name": "f32", "function": "autotune_sgemm", "rules": rules,
+                 "tuned_range": [{"axis": "m", "low": 1, "high": 2 ** 56}, {"axis": "n", "low": 2048, "high": 8192},
+                                 {"axis": "k", "low": 2048, "high": 8192}]},
+                {"name": "f16", "function": "autotune_hgemm", "rules": [], "tuned_range": []}])
     rows = [line for line in text.splitlines() if line.startswith("| ") and "x4096x4096" in line]
     assert len(rows) == 56
     for rule, row in zip(rules, rows):
@@ -409,6 +411,7 @@ def test_the_library_readme_has_one_tuned_shape_per_row():
         assert ("cuBLAS (else `" in row) == rule["cublas"]
     assert rows[0].startswith("| f32 | `autotune_sgemm` |") and rows[1].startswith("|  |  |")
     assert "| f16 | `autotune_hgemm` | none: returns `AUTOTUNE_ERROR_UNSUPPORTED` |" in text
+    assert "\nf32 m 1..72057594037927936, n 2048..8192, k 2048..8192.\ncuBLAS is loaded" in text  # the range, outside: cuBLAS
 
 
 def test_failure_entries_import_in_the_same_batches(tmp_path):

@@ -96,8 +96,10 @@ def _check_table(table: KernelTable) -> re.Match:
 def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -> dict[str, Any]:
     volumes = sorted({rule.m * rule.n * rule.k for rule in dtype.rules}) if dtype else []
     rules = [_rule_context(rule, dtype.goes_to_cublas(rule), volumes, index) for rule in dtype.rules] if dtype else []
+    ranges = dtype.served_sizes().values() if rules else []
     return {"name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
-            "sms": dtype.sms if dtype else 1, "rules": rules}
+            "sms": dtype.sms if dtype else 1, "rules": rules,
+            "tuned_range": [{"axis": axis, "low": low, "high": high} for axis, (low, high) in zip("mnk", ranges)]}
 
 
 def _rule_context(rule: TableRule, cublas: bool, volumes: list[int], index: dict[str, int]) -> dict[str, Any]:

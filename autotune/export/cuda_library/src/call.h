@@ -6,6 +6,8 @@
 #include "driver.h"
 #include "table.h"
 
+/* C (m x n, rows ldc apart) = alpha * op(A) op(B) + beta * C, all row-major: A stored m x k (transa N) or
+   k x m (T), rows lda apart; B stored k x n (transb N) or n x k (T), rows ldb apart. */
 typedef struct autotune_call {
     const autotune_dtype_table* table;
     int m, n, k;
@@ -14,12 +16,29 @@ typedef struct autotune_call {
     const void* b;
     void* c;
     CUstream stream;
+    int transa, transb; /* autotune_op */
+    int lda, ldb, ldc;
 } autotune_call;
+
+/* A call of autotune_sgemm or autotune_hgemm: no transposes, each leading dimension its row length. */
+autotune_call autotune_gemm_natural_call(const autotune_dtype_table* table, int m, int n, int k, float alpha,
+                                         const void* a, const void* b, float beta, void* c, CUstream stream);
+
+/* 1 for the layout the tuned kernels take: transa = transb = N with lda = k, ldb = n and ldc = n. */
+int autotune_gemm_kernel_layout(const autotune_call* call);
+
+/* "transa = N, transb = T, lda = 64, ldb = 64, ldc = 64" into text; returns text. */
+const char* autotune_gemm_describe_layout(const autotune_call* call, char* text, size_t size);
 
 /* Sizes of at least 1 whose operands have at most 2^31 - 1 elements. */
 autotune_status autotune_gemm_check_sizes(const autotune_call* call);
 
-/* The sizes, then null pointers and alignment, checked without the driver. */
+/* transa and transb each N or T, sizes of at least 1, and each leading dimension at least its operand's
+   stored row length; then, for the layout the kernels take, at most 2^31 - 1 elements per operand. */
+autotune_status autotune_gemm_check_layout(const autotune_call* call);
+
+/* The layout, then null pointers and, for the layout the kernels take, alignment, checked without the
+   driver. */
 autotune_status autotune_gemm_check_arguments(const autotune_call* call);
 
 /* Each operand is memory of the context's device, with room for its elements where the driver says. */

@@ -1,4 +1,5 @@
 #include <stdint.h>
+#include <stdio.h>
 
 #include "call.h"
 #include "error.h"
@@ -6,18 +7,47 @@
 #define INT32_ELEMENTS 2147483647LL
 #define OPERAND_ALIGNMENT 16
 
+/* An operand as stored: rows x columns, rows ld elements apart. */
 typedef struct operand {
     const char* name;
     const void* pointer;
     int rows, columns;
     const char* rows_name;
     const char* columns_name;
+    int ld;
+    const char* ld_name;
 } operand;
 
 static void operands_of(const autotune_call* call, operand out[3]) {
-    out[0] = (operand){"A", call->a, call->m, call->k, "m", "k"};
-    out[1] = (operand){"B", call->b, call->k, call->n, "k", "n"};
-    out[2] = (operand){"C", call->c, call->m, call->n, "m", "n"};
+    if (call->transa == AUTOTUNE_OP_T)
+        out[0] = (operand){"A", call->a, call->k, call->m, "k", "m", call->lda, "lda"};
+    else
+        out[0] = (operand){"A", call->a, call->m, call->k, "m", "k", call->lda, "lda"};
+    if (call->transb == AUTOTUNE_OP_T)
+        out[1] = (operand){"B", call->b, call->n, call->k, "n", "k", call->ldb, "ldb"};
+    else
+        out[1] = (operand){"B", call->b, call->k, call->n, "k", "n", call->ldb, "ldb"};
+    out[2] = (operand){"C", call->c, call->m, call->n, "m", "n", call->ldc, "ldc"};
+}
+
+autotune_call autotune_gemm_natural_call(const autotune_dtype_table* table, int m, int n, int k, float alpha,
+                                         const void* a, const void* b, float beta, void* c, CUstream stream) {
+    autotune_call call = {.table = table, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta, .a = a, .b = b,
+                          .c = c, .stream = stream, .transa = AUTOTUNE_OP_N, .transb = AUTOTUNE_OP_N, .lda = k,
+                          .ldb = n, .ldc = n};
+    return call;
+}
+
+int autotune_gemm_kernel_layout(const autotune_call* call) {
+    return call->transa == AUTOTUNE_OP_N && call->transb == AUTOTUNE_OP_N && call->lda == call->k &&
+           call->ldb == call->n && call->ldc == call->n;
+}
+
+const char* autotune_gemm_describe_layout(const autotune_call* call, char* text, size_t size) {
+    snprintf(text, size, "transa = %c, transb = %c, lda = %d, ldb = %d, ldc = %d",
+             call->transa == AUTOTUNE_OP_T ? 'T' : 'N', call->transb == AUTOTUNE_OP_T ? 'T' : 'N', call->lda,
+             call->ldb, call->ldc);
+    return text;
 }
 
 static autotune_status check_size(const char* name, int value) {
@@ -26,11 +56,16 @@ static autotune_status check_size(const char* name, int value) {
     return AUTOTUNE_SUCCESS;
 }
 
-autotune_status autotune_gemm_check_sizes(const autotune_call* call) {
+static autotune_status check_sizes_of_axes(const autotune_call* call) {
     autotune_status status;
     if ((status = check_size("m", call->m)) || (status = check_size("n", call->n)) ||
         (status = check_size("k", call->k)))
         return status;
+    return AUTOTUNE_SUCCESS;
+}
+
+/* At most 2^31 - 1 elements in each operand: the kernels index with int32. */
+static autotune_status check_elements(const autotune_call* call) {
     operand operands[3];
     operands_of(call, operands);
     for (int i = 0; i < 3; ++i) {
@@ -46,17 +81,46 @@ autotune_status autotune_gemm_check_sizes(const autotune_call* call) {
     return AUTOTUNE_SUCCESS;
 }
 
-autotune_status autotune_gemm_check_arguments(const autotune_call* call) {
-    autotune_status status = autotune_gemm_check_sizes(call);
-    if (status != AUTOTUNE_SUCCESS)
+autotune_status autotune_gemm_check_sizes(const autotune_call* call) {
+    autotune_status status = check_sizes_of_axes(call);
+    return status != AUTOTUNE_SUCCESS ? status : check_elements(call);
+}
+
+static autotune_status check_op(const char* name, int op) {
+    if (op != AUTOTUNE_OP_N && op != AUTOTUNE_OP_T)
+        return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
+                                  "%s = %d: expected AUTOTUNE_OP_N (0) or AUTOTUNE_OP_T (1)", name, op);
+    return AUTOTUNE_SUCCESS;
+}
+
+autotune_status autotune_gemm_check_layout(const autotune_call* call) {
+    autotune_status status;
+    if ((status = check_op("transa", call->transa)) || (status = check_op("transb", call->transb)) ||
+        (status = check_sizes_of_axes(call)))
         return status;
     operand operands[3];
     operands_of(call, operands);
     for (int i = 0; i < 3; ++i) {
         const operand* o = &operands[i];
+        if (o->ld < o->columns)
+            return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE, "%s = %d: expected %s >= %s = %d", o->ld_name,
+                                      o->ld, o->ld_name, o->columns_name, o->columns);
+    }
+    return autotune_gemm_kernel_layout(call) ? check_elements(call) : AUTOTUNE_SUCCESS;
+}
+
+autotune_status autotune_gemm_check_arguments(const autotune_call* call) {
+    autotune_status status = autotune_gemm_check_layout(call);
+    if (status != AUTOTUNE_SUCCESS)
+        return status;
+    operand operands[3];
+    operands_of(call, operands);
+    int kernel_layout = autotune_gemm_kernel_layout(call);
+    for (int i = 0; i < 3; ++i) {
+        const operand* o = &operands[i];
         if (o->pointer == NULL)
             return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE, "%s = NULL: expected a device pointer", o->name);
-        if ((uintptr_t)o->pointer % OPERAND_ALIGNMENT != 0)
+        if (kernel_layout && (uintptr_t)o->pointer % OPERAND_ALIGNMENT != 0)
             return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED,
                                       "%s = %p: expected a %d-byte aligned address (the tuned kernels need one)",
                                       o->name, o->pointer, OPERAND_ALIGNMENT);
@@ -82,15 +146,22 @@ static autotune_status check_operand_memory(const autotune_driver* driver, int d
                                   o->name, o->pointer, ordinal, device);
     CUdeviceptr base = 0;
     size_t size = 0;
-    unsigned long long needed = (unsigned long long)o->rows * (unsigned long long)o->columns * element_bytes;
+    /* the last row ends `columns` elements after its start, (rows - 1) * ld elements in */
+    unsigned long long needed =
+        ((unsigned long long)(o->rows - 1) * (unsigned long long)o->ld + (unsigned long long)o->columns) *
+        element_bytes;
     /* Not every kind of memory reports its range; where the driver does, the operand must fit in it. */
     if (driver->cuMemGetAddressRange(&base, &size, address) == CUDA_SUCCESS && size > 0 &&
-        address - base + needed > size)
+        address - base + needed > size) {
+        char stride[48] = "";
+        if (o->ld != o->columns)
+            snprintf(stride, sizeof stride, " with rows %s = %d apart", o->ld_name, o->ld);
         return autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
-                                  "%s = %p: expected room for %s x %s = %d x %d elements (%llu bytes), its "
+                                  "%s = %p: expected room for %s x %s = %d x %d elements%s (%llu bytes), its "
                                   "allocation holds %llu bytes from there",
-                                  o->name, o->pointer, o->rows_name, o->columns_name, o->rows, o->columns, needed,
-                                  (unsigned long long)(size - (address - base)));
+                                  o->name, o->pointer, o->rows_name, o->columns_name, o->rows, o->columns, stride,
+                                  needed, (unsigned long long)(size - (address - base)));
+    }
     return AUTOTUNE_SUCCESS;
 }
 

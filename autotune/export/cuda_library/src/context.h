@@ -14,8 +14,9 @@ typedef struct autotune_context autotune_context;
    its stream in between, while a call sets its stream and enqueues. */
 typedef struct autotune_cublas_slot {
     pthread_mutex_t lock;
-    int tried;    /* making the handle was tried */
-    void* handle; /* cublasHandle_t; NULL where making it failed */
+    int tried;         /* making the handle was tried */
+    void* handle;      /* cublasHandle_t; NULL where making it failed */
+    int create_status; /* what cublasCreate_v2 returned */
 } autotune_cublas_slot;
 
 /* The state of the calling thread's current context, made on its first use; NULL with the thread's

@@ -1,6 +1,7 @@
 /* cuBLAS, loaded at run time where it is installed: what a call runs where the table predicts the tuned
-   kernel slower than cuBLAS. The few cuBLAS types and functions the library calls are declared here
-   (values from cublas_api.h and library_types.h), so it builds without cuBLAS headers and links no cuBLAS. */
+   kernel slower than cuBLAS, outside the tuned range, and for layouts the tuned kernels do not take. The
+   few cuBLAS types and functions the library calls are declared here (values from cublas_api.h and
+   library_types.h), so it builds without cuBLAS headers and links no cuBLAS. */
 #ifndef AUTOTUNE_GEMM_CUBLAS_H
 #define AUTOTUNE_GEMM_CUBLAS_H
 
@@ -13,6 +14,7 @@ typedef struct cublasContext* cublasHandle_t;
 enum {
     CUBLAS_STATUS_SUCCESS = 0,
     CUBLAS_OP_N = 0,           /* cublasOperation_t */
+    CUBLAS_OP_T = 1,
     CUDA_R_32F = 0,            /* cudaDataType */
     CUDA_R_16F = 2,
     CUBLAS_COMPUTE_32F = 68,   /* cublasComputeType_t: fp32 accumulation, no TF32 */
@@ -43,11 +45,26 @@ typedef struct autotune_cublas {
    without these functions). Sets no message: where it is NULL, calls run the tuned kernel. */
 const autotune_cublas* autotune_gemm_cublas(void);
 
-/* The call's C = alpha * A @ B + beta * C by cuBLAS on the call's stream, through the context's handle
-   (made on the context's first cuBLAS call). Row-major C is column-major C^T = B^T A^T, so cuBLAS gets
-   B before A with m and n swapped. *ran is 0 where the context has no handle (cublasCreate failed in it):
-   then nothing was enqueued and the caller runs the tuned kernel; a failing GEMM is AUTOTUNE_ERROR_CUDA. */
+/* Why autotune_gemm_cublas() is NULL, e.g. "cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off)"; "" where
+   it is not. */
+const char* autotune_gemm_cublas_absence(void);
+
+/* The call's C = alpha * op(A) op(B) + beta * C by cuBLAS on the call's stream, through the context's
+   handle (made on the context's first cuBLAS call). Row-major C is column-major C^T = op(B)^T op(A)^T and
+   a row-major matrix is its transpose column-major with the same leading dimension, so cuBLAS gets B
+   before A, each with its own transpose and leading dimension, and m and n swapped. *ran is 0 where the
+   context has no handle (cublasCreate failed in it): then nothing was enqueued and the caller runs the
+   tuned kernel; a failing GEMM is AUTOTUNE_ERROR_CUDA. */
 autotune_status autotune_gemm_cublas_gemm(const autotune_cublas* cublas, autotune_context* context,
                                           const autotune_call* call, int* ran);
+
+/* The call, of a layout the tuned kernels do not take, by cuBLAS: AUTOTUNE_ERROR_UNSUPPORTED where cuBLAS
+   does not load, AUTOTUNE_ERROR_CUDA where the context has no handle, each message beginning with
+   `function` (NULL: none) and naming the layout. */
+autotune_status autotune_gemm_cublas_only(const char* function, autotune_context* context,
+                                          const autotune_call* call);
+
+/* The message for a layout only cuBLAS takes where cuBLAS does not load (AUTOTUNE_ERROR_UNSUPPORTED). */
+autotune_status autotune_gemm_cublas_missing(const char* function, const autotune_call* call);
 
 #endif

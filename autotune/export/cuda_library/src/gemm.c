@@ -1,5 +1,6 @@
-/* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape), and
-   run cuBLAS where it is picked and loads, else launch the kernel. */
+/* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape, and
+   cuBLAS outside the tuned range), and run cuBLAS where it is picked and loads, else launch the kernel.
+   Layouts the kernels do not take run on cuBLAS only. */
 #include <string.h>
 
 #include "autotune_gemm.h"
@@ -18,6 +19,16 @@ static const char* available_dtypes(void) {
     return autotune_gemm_f32.rule_count ? "f32 only" : "f16 only";
 }
 
+/* Where the table sends m x n x k: the kernel (index into autotune_gemm_kernels), and *cublas 1 where it
+   picks cuBLAS there or m x n x k is outside the tuned range (autotune.runtime.dispatch.decide). */
+static int route(const autotune_dtype_table* table, int m, int n, int k, int* cublas) {
+    int kernel = autotune_gemm_pick(table, m, n, k, cublas);
+    long long low = 0, high = 0;
+    if (autotune_gemm_outside(table, m, n, k, &low, &high) != 0)
+        *cublas = 1;
+    return kernel;
+}
+
 static autotune_status gemm(const char* function, autotune_call call) {
     autotune_gemm_clear_error();
     if (call.table->rule_count == 0)
@@ -34,8 +45,10 @@ static autotune_status gemm(const char* function, autotune_call call) {
         return status;
     if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
         return status;
+    if (!autotune_gemm_kernel_layout(&call))
+        return autotune_gemm_cublas_only(function, context, &call);
     int cublas = 0;
-    int kernel = autotune_gemm_pick(call.table, call.m, call.n, call.k, &cublas);
+    int kernel = route(call.table, call.m, call.n, call.k, &cublas);
     const autotune_cublas* library = cublas ? autotune_gemm_cublas() : NULL;
     if (library != NULL) {
         int ran = 0;
@@ -51,20 +64,46 @@ static autotune_status gemm(const char* function, autotune_call call) {
 
 autotune_status autotune_sgemm(int m, int n, int k, float alpha, const float* A, const float* B, float beta,
                                float* C, autotune_stream_t stream) {
-    autotune_call call = {&autotune_gemm_f32, m, n, k, alpha, beta, A, B, C, stream};
-    return gemm("autotune_sgemm", call);
+    return gemm("autotune_sgemm",
+                autotune_gemm_natural_call(&autotune_gemm_f32, m, n, k, alpha, A, B, beta, C, stream));
 }
 
 autotune_status autotune_hgemm(int m, int n, int k, float alpha, const void* A, const void* B, float beta, void* C,
                                autotune_stream_t stream) {
-    autotune_call call = {&autotune_gemm_f16, m, n, k, alpha, beta, A, B, C, stream};
-    return gemm("autotune_hgemm", call);
+    return gemm("autotune_hgemm",
+                autotune_gemm_natural_call(&autotune_gemm_f16, m, n, k, alpha, A, B, beta, C, stream));
 }
 
-/* The dtype's table for autotune_kernel_for and autotune_in_tuned_range; NULL (error set) for a bad
-   dtype, one the library lacks, or bad sizes. */
-static const autotune_dtype_table* queried_table(const char* dtype, int m, int n, int k) {
-    autotune_gemm_clear_error();
+/* The call of an _ex function: the natural one, with the caller's transposes and leading dimensions. */
+static autotune_call call_ex(const autotune_dtype_table* table, autotune_op transa, autotune_op transb, int m, int n,
+                             int k, float alpha, const void* a, int lda, const void* b, int ldb, float beta, void* c,
+                             int ldc, CUstream stream) {
+    autotune_call call = autotune_gemm_natural_call(table, m, n, k, alpha, a, b, beta, c, stream);
+    call.transa = (int)transa;
+    call.transb = (int)transb;
+    call.lda = lda;
+    call.ldb = ldb;
+    call.ldc = ldc;
+    return call;
+}
+
+autotune_status autotune_sgemm_ex(autotune_op transa, autotune_op transb, int m, int n, int k, float alpha,
+                                  const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
+                                  autotune_stream_t stream) {
+    return gemm("autotune_sgemm_ex",
+                call_ex(&autotune_gemm_f32, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream));
+}
+
+autotune_status autotune_hgemm_ex(autotune_op transa, autotune_op transb, int m, int n, int k, float alpha,
+                                  const void* A, int lda, const void* B, int ldb, float beta, void* C, int ldc,
+                                  autotune_stream_t stream) {
+    return gemm("autotune_hgemm_ex",
+                call_ex(&autotune_gemm_f16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream));
+}
+
+/* The dtype's table for the questions about a call; NULL (error set) for a bad dtype or one the library
+   lacks. */
+static const autotune_dtype_table* dtype_table(const char* dtype) {
     const autotune_dtype_table* table = NULL;
     if (dtype != NULL && (strcmp(dtype, "f32") == 0 || strcmp(dtype, "sgemm") == 0))
         table = &autotune_gemm_f32;
@@ -81,19 +120,50 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
                            available_dtypes());
         return NULL;
     }
-    autotune_call call = {table, m, n, k, 1.0f, 0.0f, NULL, NULL, NULL, NULL};
+    return table;
+}
+
+/* The dtype's table for autotune_kernel_for and autotune_in_tuned_range; NULL (error set) for a bad
+   dtype, one the library lacks, or bad sizes. */
+static const autotune_dtype_table* queried_table(const char* dtype, int m, int n, int k) {
+    autotune_gemm_clear_error();
+    const autotune_dtype_table* table = dtype_table(dtype);
+    if (table == NULL)
+        return NULL;
+    autotune_call call = autotune_gemm_natural_call(table, m, n, k, 1.0f, NULL, NULL, 0.0f, NULL, NULL);
     if (autotune_gemm_check_sizes(&call) != AUTOTUNE_SUCCESS)
         return NULL;
     return table;
 }
 
+/* What a call of the layout the kernels take runs at m x n x k of `table`. */
+static const char* kernel_for(const autotune_dtype_table* table, int m, int n, int k) {
+    int cublas = 0;
+    int kernel = route(table, m, n, k, &cublas);
+    return cublas && autotune_gemm_cublas() != NULL ? AUTOTUNE_GEMM_CUBLAS_NAME : autotune_gemm_kernels[kernel].name;
+}
+
 const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
     const autotune_dtype_table* table = queried_table(dtype, m, n, k);
+    return table == NULL ? NULL : kernel_for(table, m, n, k);
+}
+
+const char* autotune_kernel_for_ex(const char* dtype, autotune_op transa, autotune_op transb, int m, int n, int k,
+                                   int lda, int ldb, int ldc) {
+    autotune_gemm_clear_error();
+    const autotune_dtype_table* table = dtype_table(dtype);
     if (table == NULL)
         return NULL;
-    int cublas = 0;
-    int kernel = autotune_gemm_pick(table, m, n, k, &cublas);
-    return cublas && autotune_gemm_cublas() != NULL ? AUTOTUNE_GEMM_CUBLAS_NAME : autotune_gemm_kernels[kernel].name;
+    autotune_call call = call_ex(table, transa, transb, m, n, k, 1.0f, NULL, lda, NULL, ldb, 0.0f, NULL, ldc, NULL);
+    if (autotune_gemm_check_layout(&call) != AUTOTUNE_SUCCESS)
+        return NULL;
+    if (autotune_gemm_kernel_layout(&call))
+        return kernel_for(table, m, n, k);
+    if (autotune_gemm_cublas() == NULL) {
+        autotune_gemm_cublas_missing(NULL, &call);
+        return NULL;
+    }
+    return AUTOTUNE_GEMM_CUBLAS_NAME;
 }
 
 int autotune_in_tuned_range(const char* dtype, int m, int n, int k) {
