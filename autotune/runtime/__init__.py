@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
-from autotune.runtime.dispatch import Decision, TableChoice, decide, gemm_shape
-from autotune.runtime.operands import Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory
+from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, gemm_shape
+from autotune.runtime.operands import Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory, torch_operand
 from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
 from autotune.runtime.tuning import Tuner, TuningSettings, search_commands
 from autotune.select.kernel_table import KernelTable, read_table
@@ -47,6 +47,7 @@ class Runtime:
         self._loaded = table
         self._choice: TableChoice | None = None
         self._decisions: dict[tuple, Decision] = {}
+        self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -84,7 +85,7 @@ class Runtime:
             if not pick.cublas:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
-            self._choice, self._decisions = choice, {}
+            self._choice, self._decisions, self._tensor_decisions = choice, {}, {}
 
     @property
     def choice(self) -> TableChoice:
@@ -113,6 +114,24 @@ class Runtime:
         if out is not None:
             return out
         return result if batch is None else result.reshape(*batch, result.shape[-1])
+
+    def gemm_tensors(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
+        """``out = alpha * a @ b + beta * out`` for :mod:`autotune.torch`: 2-D CUDA tensors of this device,
+        ``out`` a new row-major ``m x n`` tensor. The same decision as :meth:`gemm`, kept per shapes, strides,
+        dtypes and alignment, so a repeated call costs a dictionary lookup and a launch (a tuned kernel on
+        PyTorch's current stream) or PyTorch's ``addmm_`` (where cuBLAS is picked)."""
+        key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.data_ptr() % ALIGNMENT,
+               b.data_ptr() % ALIGNMENT)
+        decision = self._tensor_decisions.get(key)
+        if decision is None:
+            decision = self._tensor_decisions[key] = self._decide(
+                torch_operand(a, "a"), torch_operand(b, "b"), torch_operand(out, "out"))
+        if decision.kernel is None:
+            out.addmm_(a, b, beta=beta, alpha=alpha)
+            return
+        self.device.launch_pointers(decision.kernel, self.choice.table.arch, decision.shape,
+                                    self.device.torch_stream(a.device), a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                                    a.element_size(), alpha, beta)
 
     def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
         """What :meth:`gemm` would run for these operands, and why."""

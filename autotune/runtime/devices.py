@@ -79,13 +79,24 @@ class CupyDevice:
                alpha: float, beta: float, stream) -> None:
         """Launch a tuned kernel (loading it first if needed) on ``stream``."""
         m, k = a.shape
-        n = b.shape[1]
-        launch = self._launches.get((kernel.name, m, n, k)) or self._prepare(kernel, arch, m, n, k)
+        self.launch_pointers(kernel, arch, (m, b.shape[1], k), stream.ptr, a.pointer, b.pointer, c.pointer,
+                             a.itemsize, alpha, beta)
+
+    def launch_pointers(self, kernel: TableKernel, arch: str, shape: tuple[int, int, int], stream_ptr: int,
+                        a: int, b: int, c: int, itemsize: int, alpha: float, beta: float) -> None:
+        """Launch a tuned kernel on ``m x n x k`` operands at device addresses ``a``, ``b``, ``c``."""
+        launch = self._launches.get((kernel.name, *shape)) or self._prepare(kernel, arch, *shape)
         if self.cupy.cuda.runtime.getDevice() != self.index:
             with self.cupy.cuda.Device(self.index):
-                launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.itemsize, alpha, beta)
+                launch(stream_ptr, a, b, c, itemsize, alpha, beta)
             return
-        launch(stream.ptr, a.pointer, b.pointer, c.pointer, a.itemsize, alpha, beta)
+        launch(stream_ptr, a, b, c, itemsize, alpha, beta)
+
+    def torch_stream(self, device) -> int:
+        """The handle of PyTorch's current stream on ``device``."""
+        import torch
+
+        return torch.cuda.current_stream(device).cuda_stream
 
     def warm(self, kernel: TableKernel, arch: str) -> None:
         """Load ``kernel`` now (compiling it if its table has no cubin), so that no call waits for it."""

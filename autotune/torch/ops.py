@@ -103,23 +103,28 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-_warned_no_cupy = False
+_runtimes: dict[int, object] = {}  # device index -> its Runtime, or None where CuPy is not installed
 
 
 def _on_gpu(rows: Tensor, b: Tensor, out: Tensor, alpha: float, beta: float) -> None:
     """``out = alpha * rows @ b + beta * out`` by the runtime (a tuned kernel, or PyTorch's matmul); PyTorch's
-    matmul alone where CuPy, which loads the kernels, is not installed (once with a warning)."""
-    global _warned_no_cupy
+    matmul alone where CuPy, which loads the kernels, is not installed (with a warning, once)."""
+    index = rows.device.index
+    runtime = _runtimes.get(index, False)
+    if runtime is False:
+        runtime = _runtimes[index] = _runtime(index)
+    if runtime is None:
+        out.addmm_(rows, b, beta=beta, alpha=alpha)
+        return
+    runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta)
+
+
+def _runtime(index: int):
     try:
         from autotune.runtime import runtime_for
 
-        runtime = runtime_for(rows.device.index)
+        return runtime_for(index)
     except ImportError as error:
-        if not _warned_no_cupy:
-            _warned_no_cupy = True
-            warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch.gemm runs "
-                          "PyTorch's matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it",
-                          RuntimeWarning, stacklevel=3)
-        out.addmm_(rows, b, beta=beta, alpha=alpha)
-        return
-    runtime.gemm(rows.detach(), b.detach(), out, alpha, beta)
+        warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch.gemm runs PyTorch's "
+                      "matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it", RuntimeWarning, stacklevel=4)
+        return None
