@@ -148,3 +148,63 @@ def test_without_pytorch_the_import_says_what_to_install():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert "autotune.torch needs PyTorch" in result.stderr and "autotune[torch]" in result.stderr
+
+
+class _RecordedLaunch:
+    """A prepared launch that records its arguments instead of calling cuLaunchKernel."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *arguments):
+        self.calls.append(arguments)
+
+
+def _device_with_launches(monkeypatch, table, shapes):
+    """A CupyDevice with no GPU behind it: CuPy's device query answers 0, each (kernel, shape) the table picks
+    has a recorded launch prepared, PyTorch's current stream is handle 1234; host tensors pass as device ones."""
+    import types
+
+    from autotune.runtime import operands
+    from autotune.runtime.devices import CupyDevice
+
+    monkeypatch.setattr(operands, "refuse_host_memory", lambda value, what: None)
+    device = object.__new__(CupyDevice)
+    device.cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+    device.index, device.name, device.arch = 0, "NVIDIA H200", "sm_90"
+    device._functions, device._streams = {}, {}
+    device._launches = {}
+    for dtype, shape in shapes:
+        pick = table.dtypes[dtype].pick(*shape)
+        device._launches[(pick.kernel, *shape)] = _RecordedLaunch()
+    monkeypatch.setattr(device, "torch_stream", lambda index: 1234, raising=False)
+    monkeypatch.setattr(device, "stream", lambda original: types.SimpleNamespace(ptr=1234), raising=False)
+    return device
+
+
+def test_the_runtime_launches_tensors_by_their_pointers_and_leaves_cublas_picks_to_pytorch(monkeypatch):
+    from pathlib import Path
+
+    from autotune.runtime import Runtime
+    from autotune.select.kernel_table import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
+    kernel_shape = (16, 14336, 4096)  # where the shipped table runs a tuned f16 kernel
+    assert not table.dtypes["f16"].pick(*kernel_shape).cublas
+    device = _device_with_launches(monkeypatch, table, [("f16", kernel_shape)])
+    runtime = Runtime(device, (table, "the shipped table"))
+    m, n, k = kernel_shape
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    out = torch.empty(m, n, dtype=torch.float16)
+    runtime.gemm_tensors(a, b, out, 0.5, 0.0)
+    assert runtime.gemm(a, b, out=out, alpha=2.0, beta=1.0) is out
+    pick = table.dtypes["f16"].pick(*kernel_shape)
+    assert device._launches[(pick.kernel, *kernel_shape)].calls == [
+        (1234, a.data_ptr(), b.data_ptr(), out.data_ptr(), 2, 0.5, 0.0),
+        (1234, a.data_ptr(), b.data_ptr(), out.data_ptr(), 2, 2.0, 1.0)]
+    assert table.dtypes["f32"].pick(1, 4096, 4096).cublas  # the shipped f32 table leaves M = 1 to cuBLAS
+    a, b = torch.randn(1, 4096), torch.randn(4096, 4096)
+    out = torch.full((1, 4096), float("nan"))
+    runtime.gemm_tensors(a, b, out, 1.0, 0.0)  # PyTorch's addmm_ in place, no launch
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
+    assert sum(len(launch.calls) for launch in device._launches.values()) == 2
