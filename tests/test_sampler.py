@@ -124,6 +124,30 @@ def test_an_opening_cut_short_by_gpu_failures_goes_on_with_tpe_once_nothing_of_i
     assert proposer.next(study, results + [running], taken).name in proposer.learned  # TPE goes on, in flight
 
 
+def test_random_search_opens_as_tpe_does_then_draws_feasible_configs_without_waiting_or_learning():
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    tpe = Proposer(space, H200, problem, seed=5, n_startup=8)
+    proposer = Proposer(space, H200, problem, seed=5, n_startup=8, sampler="random")
+    study = optuna.create_study()
+    assert proposer.opening(8) == tpe.opening(8)  # the same opening from the same seed
+    taken: set[str] = set()
+    in_flight = []
+    for _ in range(40):  # no results at all: random search never waits for them
+        config = proposer.next(study, [], taken, in_flight=in_flight)
+        assert config is not WAIT and config.name not in taken
+        assert space.check(config, H200, problem).feasible
+        taken.add(config.name)
+        in_flight.append(config)
+    assert not proposer.learned
+
+
+def test_an_unknown_sampler_is_refused():
+    from autotune.errors import InputError
+
+    with pytest.raises(InputError, match="'annealing'.*tpe, random"):
+        Proposer(SearchSpace(TINY), H200, GemmProblem(64, 64, 64), seed=1, sampler="annealing")
+
+
 def test_tpe_proposes_only_feasible_configs_that_are_not_taken_nor_in_flight(space):
     proposer = Proposer(space, H200, PROBLEM, seed=2, n_startup=8)
     study = optuna.create_study()

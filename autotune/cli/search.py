@@ -54,6 +54,9 @@ def register(sub) -> None:
     search.add_argument("--objective", default="time",
                         help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
                              "or pareto (the time/energy front)")
+    search.add_argument("--sampler", default="tpe",
+                        help="what proposes configs after the opening: tpe (default), or random (uniformly random "
+                             "feasible configs, a yardstick for TPE)")
     search.add_argument("--trace", metavar="FILE",
                         help="write the search's timeline to FILE: a Chrome trace (open it in ui.perfetto.dev) "
                              "with a row for the search loop, each GPU and each compile process")
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     timeline = Timeline() if args.trace else None
     problem = make_problem(args.shape, args.dtype)
     settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
-                              repeats=args.repeats, objective=args.objective)
+                              repeats=args.repeats, objective=args.objective, sampler=args.sampler)
     request = SearchRequest(problem, args.family, GpuRequest(requested_gpu(args.gpu), args.gpu, args.device,
                                                              args.backend), settings, args.workers, args.db)
     request.check()

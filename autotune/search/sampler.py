@@ -17,6 +17,8 @@ stored trial, rejected or not. Here no rejected config is ever a trial:
   are once nothing of the opening is in flight). Configs in flight (compiling, queued or running
   on a GPU, in this process or another) are given to TPE as running trials, as Optuna's
   ``constant_liar`` does.
+* With ``sampler="random"`` the opening is the same, and every config after it is a uniformly random
+  feasible one (random search through the same pipeline, a yardstick for TPE); it waits for nothing.
 
 TPE's internals are Optuna's own, reached through :mod:`autotune.search.optuna_private`
 (Optuna has no public API for them): only the screening of candidates is added.
@@ -32,10 +34,12 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import InputError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.search import optuna_private as private
 from autotune.search.draws import N_STARTUP, FeasibleDraws
+from autotune.search.settings import SAMPLERS
 from autotune.space.family import Config, SearchSpace
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
@@ -94,11 +98,15 @@ class Proposer(FeasibleDraws):
     ``taken`` (config names) is everything the study holds or has in flight; the proposer
     never proposes a taken config, nor one that breaks a static rule. ``warm_start`` configs
     are proposed before the space's seeds, each once, where the static rules admit them.
+    ``sampler`` is what proposes after the opening: ``tpe`` or ``random`` (:data:`SAMPLERS`).
     """
 
     def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int,
-                 n_startup: int = N_STARTUP, warm_start: Sequence[Config] = ()):
+                 n_startup: int = N_STARTUP, warm_start: Sequence[Config] = (), sampler: str = "tpe"):
+        if sampler not in SAMPLERS:
+            raise InputError("--sampler", sampler, ", ".join(SAMPLERS))
         super().__init__(space, gpu, problem, seed, warm_start, n_startup)
+        self.random_search = sampler == "random"
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
         self.varying = {knob: d for knob, d in self.distributions.items()  # what TPE chooses: not what the problem sets
                         if len(d.choices) > 1 and knob not in space.specialized}
@@ -120,8 +128,8 @@ class Proposer(FeasibleDraws):
                 if config.name not in taken:
                     self.opened += 1
                     return config
-        if not self.varying:
-            return self.random(taken)  # nothing to learn: every config is its own
+        if not self.varying or self.random_search:
+            return self.random(taken)  # nothing to learn (every config is its own), or random search
         finished = sum(trial.state in (TrialState.COMPLETE, TrialState.PRUNED) for trial in trials)
         if finished < self.n_startup and not self.learned:  # once TPE has proposed, it goes on
             if self.opened < self.opening_quota and len(trials) + len(in_flight) < self.n_startup:

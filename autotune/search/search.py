@@ -4,7 +4,8 @@
     (verify, time) -> record
 
 * Configs come from :class:`~autotune.search.sampler.Proposer`: the space's seeds, then
-  random feasible configs, then TPE over feasible configs. A config that breaks a
+  random feasible configs, then TPE over feasible configs (or, with ``sampler="random"``, more
+  random ones). A config that breaks a
   static rule is screened out for the cost of a rule check; it is never compiled
   and never becomes a trial.
 * :mod:`autotune.search.compiling` keeps the compile pool busy ahead of the GPU; the
@@ -94,13 +95,16 @@ class SearchResult:
     time_spent: dict = dataclasses.field(default_factory=dict)  # TimeSpent.as_dict() of this run
 
 
-def study_name(space: SearchSpace, gpu_key: str, problem: GemmProblem, objective: str = "time") -> str:
-    """One study per family, GPU, problem, template version and objective."""
+def study_name(space: SearchSpace, gpu_key: str, problem: GemmProblem, objective: str = "time",
+               sampler: str = "tpe") -> str:
+    """One study per family, GPU, problem, template version and objective; random search keeps a study
+    of its own."""
     name = (
         f"{space.family}/{gpu_key}/{problem.shape}/{problem.dtype}/"
         f"alpha{problem.alpha:g}/beta{problem.beta:g}/{space.template_hash}"
     )
-    return name if objective == "time" else f"{name}/{objective}"
+    name = name if objective == "time" else f"{name}/{objective}"
+    return name if sampler == "tpe" else f"{name}/{sampler}"
 
 
 class Search:
@@ -142,9 +146,10 @@ class Search:
         self.workers = list(worker) if isinstance(worker, (list, tuple)) else [worker]
         self.on_progress, self.on_environment = on_progress, on_environment
         self.env: Environment | None = None
-        self.name = study_name(space, gpu.key, problem, settings.objective)
+        self.name = study_name(space, gpu.key, problem, settings.objective, settings.sampler)
         self.proposer = Proposer(space, gpu, problem, seed=stream_seed(settings.seed, self.workers[0].device),
-                                 warm_start=opening.draws.warm_start if opening else warm_start)
+                                 warm_start=opening.draws.warm_start if opening else warm_start,
+                                 sampler=settings.sampler)
         self.opening: tuple[Config, ...] | None = None  # drawn before the search was made
         if opening is not None:
             self.proposer.take_over(opening.draws)

@@ -24,7 +24,7 @@ from autotune.problem import GemmProblem
 from autotune.records import Environment
 from autotune.search.draws import FeasibleDraws, Opening, opening_size, stream_seed
 from autotune.search.objective import make_objective
-from autotune.search.settings import SearchSettings, SweepSettings
+from autotune.search.settings import SAMPLERS, SearchSettings, SweepSettings
 from autotune.search.timeline import SEARCH, Timeline, span
 from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
 from autotune.space.survey import survey
@@ -57,9 +57,11 @@ class SearchRequest:
     db: str | None = None  # the results database's URL (None: the default)
 
     def check(self) -> None:
-        """Fail before any process starts where the request cannot run: an unknown objective, or a
-        ``family`` that does not resolve or is not of the problem's dtype (naming one costs no survey)."""
+        """Fail before any process starts where the request cannot run: an unknown objective or sampler,
+        or a ``family`` that does not resolve or is not of the problem's dtype (naming one costs no survey)."""
         make_objective(self.settings.objective)
+        if self.settings.sampler not in SAMPLERS:
+            raise InputError("--sampler", self.settings.sampler, ", ".join(SAMPLERS))
         if self.family:
             choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"])
 
