@@ -45,6 +45,11 @@
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
 #                                       .pg/postgresql.tgz (a relocatable tree with bin/initdb, bin/pg_ctl)
+#   bench/h200.sh brute-force [NAME]    every feasible config of a sub-space (default wgmma4096: hgemm_wgmma at
+#                                       4096^3 f16, 2740 configs) verified and timed, and cuBLAS, into
+#                                       $OUT/replay_NAME.jsonl, the table bench/replay.py replays searches over
+#                                       (bench/brute_force.py; BRUTE_TIMEOUT=S stops compiling after S seconds,
+#                                       default 480: run the mode again with the same $OUT to go on)
 #
 # Several modes may follow each other. Logs and the results database go to
 # $OUT (default bench/out); bench/summarize.py turns the database into the
@@ -190,13 +195,19 @@ while [ $# -gt 0 ]; do
             python3 bench/sgemm_compilers.py --shape 4096 --rounds "${COMPILERS_ROUNDS:-14}" "${sources[@]}"
         } 2>&1 | tee "$OUT/compilers.log" || status=1
         ;;
+    brute-force)
+        name=wgmma4096
+        if [ $# -gt 0 ] && [[ $1 =~ ^[a-z_]+[0-9]+$ ]]; then name=$1; shift; fi  # sub-space names end in their size
+        python3 bench/brute_force.py --out "$OUT" --sub-space "$name" --timeout "${BRUTE_TIMEOUT:-480}" \
+            2>&1 | tee -a "$OUT/brute_force_$name.log" || status=1
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
         ;;
     esac
 done
