@@ -136,3 +136,15 @@ def test_the_search_commands_are_ones_the_command_line_takes():
         assert command[:3] == [sys.executable, "-m", "autotune"]
         args = parser.parse_args(command[3:])
     assert (args.shape, args.trials, args.device, args.gpu) == ("77x4096x14336", 30, 1, "auto")
+
+
+@pytest.mark.parametrize("settings, fragment", [
+    (dict(trials=0), "trials"), (dict(trials=2.5), "whole numbers"), (dict(timeout_s=-1), "timeout_s"),
+    (dict(max_searches=0), "max_searches"), (dict(timeout_s="60"), "timeout_s"), (dict(trials=True), "trials"),
+])
+def test_a_budget_that_cannot_run_is_one_clear_error(settings, fragment):
+    from autotune.errors import InputError
+
+    with pytest.raises(InputError, match=fragment) as raised:
+        TuningSettings(**settings)
+    assert "\n" not in str(raised.value)

@@ -34,6 +34,16 @@ class TuningSettings:
     timeout_s: float = 180.0
     max_searches: int = 16
 
+    def __post_init__(self):
+        from autotune.errors import InputError
+
+        for name, low in (("trials", 1), ("timeout_s", 1), ("max_searches", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
+                raise InputError(name, value, f"a number >= {low}")
+        if not isinstance(self.trials, int) or not isinstance(self.max_searches, int):
+            raise InputError("trials, max_searches", (self.trials, self.max_searches), "whole numbers")
+
     @classmethod
     def from_environment(cls) -> "TuningSettings | None":
         """Settings where ``AUTOTUNE_TUNE`` is set to anything but ``0`` (or empty), else None."""
