@@ -130,6 +130,18 @@ def autotune_process(*args, env: dict[str, str] | None = None, cwd: str | os.Pat
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """``autotune ARGS`` in this process, its output read from pytest's ``capsys``: (exit code, stdout, stderr)."""
+    from autotune.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
     """Exit code 2, one line on stderr, no traceback, and each fragment in that line."""
     assert result.returncode == 2, result.stderr

@@ -14,7 +14,7 @@ import pytest
 from results_data import fill, snapshot
 from sqlalchemy import event
 
-from autotune.cli import main
+
 from autotune.cli import search as search_command
 from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import paragraph, same_in_every_row, table, terminal_width, wrap_text
@@ -26,21 +26,12 @@ from autotune.results import FailureEntry, MeasurementEntry, ResultStore, bulk
 from autotune.results import files as tuned
 from autotune.space import survey as survey_module
 from autotune.space.family import load_space
+from conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 V1 = ROOT / "tests" / "data" / "h200-v1.jsonl"  # 185 lines: f32 results of 4 shapes
 CONFIG = "sgemm_bm128_bn128_bk8_split_k1_tm8_tn8_warps_m4_pad_a4_pad_b0_vec4_stages2_cp_async0_smem_opt_in0_" \
          "prefetch0_group_m1_lean_build0_lane_pairs0_copy_spread0_copy_ptrs0_whole_tiles1"
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """``autotune ARGS`` in this process: (exit code, stdout, stderr)."""
-    try:
-        code = main(list(args))
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(err: str) -> str:

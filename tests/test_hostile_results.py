@@ -18,12 +18,13 @@ import pytest
 from results_data import ENV, PROBLEM, fill, measurement
 from sqlalchemy import create_engine, inspect, text
 
-from autotune.cli import build_parser, main
+from autotune.cli import build_parser
 from autotune.errors import DatabaseError, InputError
 from autotune.results import ResultStore
 from autotune.results import files as tuned
 from autotune.results.models import VERSION_TABLE
 from autotune.results.urls import database_url, shown_url, without_secrets
+from conftest import cli as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_LINE = next(line for line in (ROOT / "tuned_db" / "h200.jsonl").read_text().splitlines()
@@ -31,16 +32,6 @@ SHIPPED_LINE = next(line for line in (ROOT / "tuned_db" / "h200.jsonl").read_tex
 SECRET = "s3cr3t-Pa55"
 QUERY = ["query", "--gpu", "h200", "--shape", "512"]
 PLANTED_NAME = "NVIDIA H200\n\x1b[2J\x1b]0;owned\x07\u202e"
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    """``autotune ARGS`` in this process: (exit code, stdout, stderr)."""
-    try:
-        code = main(list(args))
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line(result: tuple[int, str, str], *fragments: str) -> str:
