@@ -64,9 +64,7 @@ class CupyDevice:
     def stream(self, original: Any):
         """The stream to launch on: PyTorch's current stream for torch tensors, else CuPy's."""
         if is_torch(original):
-            import torch
-
-            pointer = torch.cuda.current_stream(original.device).cuda_stream
+            pointer = self.torch_stream(original.device)
             stream = self._streams.get(pointer)
             if stream is None:
                 stream = self._streams[pointer] = self.cupy.cuda.ExternalStream(pointer, self.index)
@@ -134,7 +132,7 @@ class CupyDevice:
         """A torch operand as a CuPy view (a call mixing torch tensors with other arrays); others as they are."""
         if not is_torch(operand.array):
             return operand
-        refuse_unsupported(operand)
+        refuse_unscaled(operand.dtype_name)
         return operand._replace(array=self.cupy.asarray(operand.array.detach()))
 
     def _prepare(self, kernel: TableKernel, arch: str, m: int, n: int, k: int) -> KernelLaunch:
@@ -184,14 +182,9 @@ def _torch_gemm(a: Operand, b: Operand, c: Operand, alpha: float, beta: float) -
     """``c = alpha * a @ b + beta * c`` by PyTorch (cuBLAS underneath) on its current stream; beta 0 ignores c."""
     import torch
 
-    refuse_unsupported(a)
+    refuse_unscaled(a.dtype_name)
     with torch.no_grad():
         c.array.addmm_(a.array, b.array, beta=beta, alpha=alpha)
-
-
-def refuse_unsupported(operand: Operand) -> None:
-    """InputError for a torch dtype no GEMM library here multiplies without more arguments (fp8 needs scales)."""
-    refuse_unscaled(operand.dtype_name)
 
 
 class HostDevice:

@@ -137,23 +137,15 @@ def torch_operand(tensor: Any, what: str) -> Operand:
     """An Operand for a PyTorch CUDA tensor, read from the tensor itself (pointer, strides, device): no
     CuPy view, so a Parameter or a tensor that requires grad is described like any other."""
     refuse_host_memory(tensor, what)
-    element = _TORCH_DTYPES.get(tensor.dtype, tensor.dtype)
+    element = _element(tensor.dtype)
     return Operand(tensor, tuple(tensor.shape), element, tensor.is_contiguous(), tensor.data_ptr(),
                    tensor.device.index)
 
 
-class _TorchDtypes(dict):
-    """torch dtype -> the numpy dtype of the same name, for the dtypes tuned kernels take (filled on first use)."""
-
-    def get(self, key, default=None):
-        if not self:
-            import torch
-
-            self.update({torch.float32: numpy.dtype(numpy.float32), torch.float16: numpy.dtype(numpy.float16)})
-        return super().get(key, default)
-
-
-_TORCH_DTYPES = _TorchDtypes()
+def _element(dtype: Any) -> Any:
+    """The numpy dtype of a torch dtype tuned kernels take (float32, float16), else the torch dtype itself."""
+    name = str(dtype).removeprefix("torch.")
+    return numpy.dtype(name) if name in ("float32", "float16") else dtype
 
 
 def as_cupy(value: Any, what: str):

@@ -103,28 +103,24 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-_runtimes: dict[int, object] = {}  # device index -> its Runtime, or None where CuPy is not installed
+_without_cupy: list[str] = []  # why the runtime cannot load kernels here (CuPy missing), once known
 
 
 def _on_gpu(rows: Tensor, b: Tensor, out: Tensor, alpha: float, beta: float) -> None:
-    """``out = alpha * rows @ b + beta * out`` by the runtime (a tuned kernel, or PyTorch's matmul); PyTorch's
-    matmul alone where CuPy, which loads the kernels, is not installed (with a warning, once)."""
-    index = rows.device.index
-    runtime = _runtimes.get(index, False)
-    if runtime is False:
-        runtime = _runtimes[index] = _runtime(index)
-    if runtime is None:
-        out.addmm_(rows, b, beta=beta, alpha=alpha)
-        return
-    runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta)
+    """``out = alpha * rows @ b + beta * out`` by the runtime of the tensors' device (a tuned kernel, or
+    PyTorch's matmul); PyTorch's matmul alone where CuPy, which loads the kernels, is not installed (with a
+    warning, once)."""
+    if not _without_cupy:
+        try:
+            from autotune.runtime import runtime_for
 
-
-def _runtime(index: int):
-    try:
-        from autotune.runtime import runtime_for
-
-        return runtime_for(index)
-    except ImportError as error:
-        warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch.gemm runs PyTorch's "
-                      "matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it", RuntimeWarning, stacklevel=4)
-        return None
+            runtime = runtime_for(rows.device.index)  # the process's runtime: autotune.load() replaces it
+        except ImportError as error:
+            _without_cupy.append(str(error))
+            warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch.gemm runs PyTorch's "
+                          "matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it", RuntimeWarning,
+                          stacklevel=3)
+        else:
+            runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta)
+            return
+    out.addmm_(rows, b, beta=beta, alpha=alpha)
