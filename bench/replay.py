@@ -3,6 +3,7 @@ search finds the sub-space's best against random search on the same table.
 
     python3 bench/replay.py --table DIR/replay_wgmma4096.jsonl --out DIR [--seeds 20] [--evaluations 150]
                             [--compiles warm,cheap,dear] [--samplers tpe,random] [--jobs 16] [--no-gpu-time]
+                            [--without-seeds]
 
 Each search is the project's own (:class:`autotune.search.search.Search`: its opening, its proposer, the
 compile pipeline ahead of the GPU, racing, a study in a fresh SQLite database), over the sub-space the
@@ -105,9 +106,11 @@ def meets_targets(row: dict) -> bool:
             and row["found_best"] >= TARGETS["found_best"])
 
 
-def summary_text(rows: Sequence[dict], table_path: Path, best: tuple[str, float], evaluations: int) -> str:
-    lines = [f"replay of {table_path}: best {best[0]} at {best[1]:.4f} ms; {evaluations} evaluations a search; "
-             f"evaluations to within {WITHIN:.0%} of it",
+def summary_text(rows: Sequence[dict], table_path: Path, best: tuple[str, float], evaluations: int,
+                 with_seeds: bool = True) -> str:
+    opening = "the family's seeds in the opening" if with_seeds else "no seeds in the opening"
+    lines = [f"replay of {table_path}: best {best[0]} at {best[1]:.4f} ms; {evaluations} evaluations a search, "
+             f"{opening}; evaluations to within {WITHIN:.0%} of it",
              f"{'compiles':8s} {'sampler':7s} {'searches':>8s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
              f"{'found best':>10s}  targets (median <= {TARGETS['median']}, p90 <= {TARGETS['p90']}, "
              f"best >= {TARGETS['found_best']:.0%})"]
@@ -154,8 +157,10 @@ def replay_search(table, space, gpu, worker, compiles: str, sampler: str, seed: 
 
 
 def replay(table_path: Path, out: Path, seeds: Sequence[int], evaluations: int, compiles: Sequence[str],
-           samplers: Sequence[str], jobs: int = JOBS, gpu_time: bool = True) -> list[Run]:
-    """Every search of the replay; writes its runs and summary under ``out``."""
+           samplers: Sequence[str], jobs: int = JOBS, gpu_time: bool = True, with_seeds: bool = True) -> list[Run]:
+    """Every search of the replay; writes its runs and summary under ``out``. Without seeds, the family's
+    seeds (known-good configs, often the sub-space's best among them) are left out of the opening, so a
+    search starts knowing nothing of the table."""
     from autotune.gpu.replay_backend import ReplayBackend, ReplayTable
     from autotune.gpu.worker import GpuWorker
     from autotune.gpu_specs import gpu_spec
@@ -164,6 +169,8 @@ def replay(table_path: Path, out: Path, seeds: Sequence[int], evaluations: int, 
 
     table = ReplayTable.load(table_path)
     space = restrict(resolve_family(table.family), table.header.get("knobs", {}))
+    if not with_seeds:
+        space.seeds = []
     gpu = gpu_spec(table.gpu)
     runs = []
     backend = functools.partial(ReplayBackend, table=str(table_path), gpu_time=gpu_time)
@@ -177,11 +184,12 @@ def replay(table_path: Path, out: Path, seeds: Sequence[int], evaluations: int, 
                     print(f"{setting} {sampler} seed {seed}: {run.evaluations} evaluations, within "
                           f"{WITHIN:.0%} after {run.to_within}, best found: {run.found_best} ({run.wall_s} s)",
                           flush=True)
-    write(out, runs, table_path, table.best, evaluations)
+    write(out, runs, table_path, table.best, evaluations, with_seeds)
     return runs
 
 
-def write(out: Path, runs: Sequence[Run], table_path: Path, best: tuple[str, float], evaluations: int) -> None:
+def write(out: Path, runs: Sequence[Run], table_path: Path, best: tuple[str, float], evaluations: int,
+          with_seeds: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fields = [field.name for field in dataclasses.fields(Run) if field.name != "order"]
     with open(out / "replay_runs.csv", "w", newline="") as file:
@@ -195,9 +203,10 @@ def write(out: Path, runs: Sequence[Run], table_path: Path, best: tuple[str, flo
     rows = summarize(runs)
     (out / "replay_summary.json").write_text(json.dumps(
         {"table": str(table_path), "best": {"config": best[0], "ms": best[1]}, "evaluations": evaluations,
+         "with_seeds": with_seeds,
          "within": WITHIN, "targets": TARGETS, "settings": [{**row, "meets_targets": meets_targets(row)} for row in rows]},
         indent=2) + "\n")
-    text = summary_text(rows, table_path, best, evaluations)
+    text = summary_text(rows, table_path, best, evaluations, with_seeds)
     (out / "replay_summary.txt").write_text(text)
     print(text, end="")
 
@@ -221,6 +230,8 @@ def main() -> int:
     parser.add_argument("--samplers", default="tpe,random")
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"compiles at a time (default {JOBS})")
     parser.add_argument("--no-gpu-time", action="store_true", help="answer GPU tasks at once")
+    parser.add_argument("--without-seeds", action="store_true",
+                        help="leave the family's seeds out of the opening (a search that knows nothing of the table)")
     args = parser.parse_args()
     from autotune.errors import AutotuneError
     from autotune.search.settings import SAMPLERS
@@ -232,7 +243,7 @@ def main() -> int:
             raise SystemExit(f"invalid {what} {value}: expected a whole number >= 1")
     try:
         replay(args.table, args.out, range(args.seeds), args.evaluations, compiles, samplers, args.jobs,
-               not args.no_gpu_time)
+               not args.no_gpu_time, not args.without_seeds)
     except AutotuneError as error:
         raise SystemExit(str(error)) from None
     return 0

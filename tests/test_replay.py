@@ -162,6 +162,15 @@ def test_searches_replayed_over_the_table_end_to_end(table_path, tmp_path):
     assert "tpe" in (tmp_path / "replay_summary.txt").read_text()
 
 
+def test_a_replay_without_seeds_opens_with_none_of_them(table_path, tmp_path):
+    seeds = {seed.name for seed in SearchSpace(TINY).seeds}
+    (run,) = replay.replay(table_path, tmp_path, seeds=[0], evaluations=8, compiles=["warm"], samplers=["random"],
+                           jobs=2, gpu_time=False, with_seeds=False)
+    assert run.evaluations == 8 and not seeds & set(run.order[:3])
+    assert json.loads((tmp_path / "replay_summary.json").read_text())["with_seeds"] is False
+    assert "no seeds in the opening" in (tmp_path / "replay_summary.txt").read_text()
+
+
 def test_the_backend_is_a_worker_backend(table_path):
     from autotune.gpu.worker import GpuWorker
 
