@@ -14,17 +14,18 @@ from autotune.errors import InputError  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (2048, 2048, 2048), (1000, 2000, 3000), (512, 4096, 4096)]
+SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (2048, 2048, 2048), (1000, 2000, 3000), (512, 4096, 4096),
+          (8192, 8192, 8192)]
 
 
 def _kernel_shape(dtype) -> tuple[int, int, int]:
-    """The first of SHAPES the table runs a tuned kernel at (as a row-major product)."""
+    """The first of SHAPES the operator runs a tuned kernel at (as a row-major product, its host time counted)."""
     for m, n, k in SHAPES:
-        decision = autotune.explain(torch.empty(m, k, dtype=dtype, device="cuda"),
-                                    torch.empty(k, n, dtype=dtype, device="cuda"))
+        decision = at.explain(torch.empty(m, k, dtype=dtype, device="cuda"),
+                              torch.empty(k, n, dtype=dtype, device="cuda"))
         if not decision.uses_cublas:
             return m, n, k
-    pytest.fail(f"the table runs cuBLAS at every one of {SHAPES} for {dtype}")
+    pytest.fail(f"the operator runs cuBLAS at every one of {SHAPES} for {dtype}")
 
 
 def _reference(a, b):
@@ -43,7 +44,7 @@ def test_the_operator_runs_tuned_kernels_on_parameters_and_3d_activations(dtype)
     torch.manual_seed(0)
     a = torch.randn(2, m // 2, k, dtype=dtype, device="cuda")
     weight = torch.nn.Parameter(torch.randn(k, n, dtype=dtype, device="cuda") / k ** 0.5)
-    assert not autotune.explain(a.reshape(m, k), weight.detach()).uses_cublas
+    assert not at.explain(a, weight).uses_cublas
     result = at.gemm(a, weight)
     assert result.shape == (2, m // 2, n) and result.requires_grad
     _close(result, _reference(a, weight), dtype)
@@ -74,7 +75,7 @@ def test_linear_runs_a_tuned_kernel_for_x_times_w_transposed_under_torch_compile
     layer = at.Linear(k, n, bias=True, dtype=torch.float16, device="cuda")
     layer.load_state_dict(plain.state_dict())
     x = torch.randn(m, k, dtype=torch.float16, device="cuda")
-    assert not autotune.explain(x, layer.weight.t()).uses_cublas
+    assert not at.explain(x, layer.weight.t()).uses_cublas
     compiled = torch.compile(layer, fullgraph=True)
     with torch.inference_mode():
         expected = torch.nn.functional.linear(x.double(), plain.weight.double(), plain.bias.double())
@@ -84,8 +85,20 @@ def test_linear_runs_a_tuned_kernel_for_x_times_w_transposed_under_torch_compile
 def test_bf16_runs_on_pytorch_s_matmul_and_fp8_is_one_clear_error():
     a = torch.randn(256, 512, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(512, 128, dtype=torch.bfloat16, device="cuda")
-    assert "bfloat16" in autotune.explain(a, b).reason
+    assert "bfloat16" in autotune.explain(a, b).reason and at.explain(a, b).uses_cublas
     _close(at.gemm(a, b), _reference(a, b), torch.bfloat16)
     _close(autotune.gemm(a, b), _reference(a, b), torch.bfloat16)
     with pytest.raises(InputError, match="_scaled_mm"):
         at.gemm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn))
+
+
+def test_a_gemm_too_short_to_repay_the_operator_s_host_time_runs_on_pytorch_s_matmul():
+    a = torch.randn(16, 4096, dtype=torch.float16, device="cuda")
+    b = torch.randn(4096, 14336, dtype=torch.float16, device="cuda") / 64
+    assert not autotune.explain(a, b).uses_cublas  # the table alone prefers its kernel
+    decision = at.explain(a, b)
+    assert decision.uses_cublas and "host" in decision.reason
+    _close(at.gemm(a, b), _reference(a, b), torch.float16)
+    layer = at.Linear(4096, 14336, bias=False, dtype=torch.float16, device="cuda")
+    with torch.inference_mode():
+        _close(layer(a), _reference(a, layer.weight.t()), torch.float16)

@@ -50,12 +50,18 @@ def test_beta_zero_ignores_c_and_no_c_ignores_beta():
         torch.testing.assert_close(at.gemm(a, b, None, 2.0, 7.0), 2 * a @ b)
 
 
-def test_torch_compile_traces_the_operator_in_one_graph():
+@pytest.mark.parametrize("layer_runs_kernels", [True, False])
+def test_torch_compile_traces_the_operator_in_one_graph(monkeypatch, layer_runs_kernels):
+    from autotune.torch import linear
+
+    if layer_runs_kernels:  # as for a CUDA layer the table serves: the layer calls the operator
+        monkeypatch.setattr(linear, "runs_kernels", torch.compiler.assume_constant_result(lambda *args: True))
     layer = at.Linear(8, 5)
+    w = torch.randn(5, 3)
     x = torch.randn(4, 8)
-    compiled = torch.compile(lambda x: layer(x).relu(), fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(lambda x: at.gemm(layer(x).relu(), w), fullgraph=True, backend="aot_eager")
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x), torch.nn.functional.linear(x, layer.weight, layer.bias).relu())
+        torch.testing.assert_close(compiled(x), torch.nn.functional.linear(x, layer.weight, layer.bias).relu() @ w)
 
 
 @pytest.mark.parametrize("call, fragments", [
@@ -208,3 +214,77 @@ def test_the_runtime_launches_tensors_by_their_pointers_and_leaves_cublas_picks_
     runtime.gemm_tensors(a, b, out, 1.0, 0.0)  # PyTorch's addmm_ in place, no launch
     torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-3)
     assert sum(len(launch.calls) for launch in device._launches.values()) == 2
+
+
+def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call_to_pytorch(monkeypatch):
+    from pathlib import Path
+
+    from autotune.runtime import PROBED_ROWS, Runtime
+    from autotune.runtime.dispatch import HostCost
+    from autotune.select.kernel_table import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
+    shape = (16, 14336, 4096)
+    pick = table.dtypes["f16"].pick(*shape)
+    assert pick.kernel_ms < pick.cublas_ms  # the table prefers its kernel here
+    slow_host = HostCost(kernel_ms=pick.cublas_ms * 2, cublas_ms=0.0, caller="a slow caller")
+    quick_host = HostCost(kernel_ms=pick.kernel_ms / 2, cublas_ms=0.0, caller="a quick caller")
+    device = _device_with_launches(monkeypatch, table, [("f16", shape)])
+    runtime = Runtime(device, (table, "the shipped table"))
+    requests = []
+    runtime.tuner = type("Tuner", (), {"request": lambda self, dtype, shape: requests.append(shape)})()
+    m, n, k = shape
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16)
+    runtime.gemm_tensors(a, b, out, 1.0, 0.0, slow_host)  # PyTorch's addmm_: no launch
+    assert not device._launches[(pick.kernel, *shape)].calls
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+    runtime.gemm_tensors(a, b, out, 1.0, 0.0, quick_host)
+    assert len(device._launches[(pick.kernel, *shape)].calls) == 1
+
+    assert 16 in PROBED_ROWS and runtime.runs_kernels_for(torch.float16, n, k, quick_host)
+    no_kernel_that_fast = HostCost(kernel_ms=10.0, cublas_ms=0.0, caller="a caller taking 10 ms")
+    assert not runtime.runs_kernels_for(torch.float16, n, k, no_kernel_that_fast)
+    assert not runtime.runs_kernels_for(torch.bfloat16, n, k)  # no tuned bf16 kernels in this table
+    assert requests == []  # probing the rows asks for no searches
+
+
+def test_net_of_host_cost_keeps_a_kernel_only_where_it_is_faster_with_the_host_counted():
+    from autotune.runtime.dispatch import Decision, HostCost, net_of_host_cost
+    from autotune.select.kernel_table import TableKernel, TablePick
+
+    kernel = object.__new__(TableKernel)
+    object.__setattr__(kernel, "name", "k_fast")
+    decision = Decision("f16", (1, 14336, 4096), kernel, None, "tuned", "note",
+                        TablePick(rule=None, kernel="k_fast", kernel_ms=0.029, cublas_ms=0.030))
+    operator = HostCost(kernel_ms=0.064, cublas_ms=0.026, caller="the operator")
+    assert net_of_host_cost(decision, None) is decision
+    moved = net_of_host_cost(decision, operator)  # 64 us a call against 30 us
+    assert moved.kernel is None and moved.uses_cublas
+    assert all(text in moved.reason for text in ("29.0 us", "30.0 us", "the operator", "64.0 us a call against 30.0 us"))
+    big = Decision("f16", (4096, 4096, 4096), kernel, None, "tuned", "note",
+                   TablePick(rule=None, kernel="k_fast", kernel_ms=0.1789, cublas_ms=0.1798))
+    assert net_of_host_cost(big, operator) is big  # the host's time hides behind the GPU's
+    cublas = Decision("f16", (1, 14336, 4096), None, None, "cuBLAS", "note")
+    assert net_of_host_cost(cublas, operator) is cublas
+
+
+def test_a_layer_the_table_never_serves_calls_pytorch_s_linear_itself(monkeypatch):
+    from autotune.torch import linear
+
+    layer = at.Linear(8, 5)
+    x = torch.randn(4, 8)
+    calls = []
+    monkeypatch.setattr(linear, "gemm", lambda *args: calls.append(args) or torch.zeros(4, 5))
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    assert calls == []  # a CPU layer: no tuned kernel, no operator
+    monkeypatch.setattr(linear, "runs_kernels", lambda *args: True)
+    layer(x)
+    assert len(calls) == 1 and calls[0][1].is_contiguous() and calls[0][1].shape == (8, 5)
+
+
+def test_explain_says_a_cpu_call_runs_pytorch_s_matmul():
+    decision = at.explain(torch.ones(2, 3, 4), torch.ones(4, 5))
+    assert decision.uses_cublas and decision.shape == (6, 5, 4) and "cpu" in decision.reason
+    with pytest.raises(InputError, match="b.shape"):
+        at.explain(torch.ones(2, 3), torch.ones(4, 5))

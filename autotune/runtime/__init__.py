@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
-from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, gemm_shape
-from autotune.runtime.operands import Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory, torch_operand
+from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, gemm_shape, HostCost, net_of_host_cost
+from autotune.runtime.operands import (Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory, torch_element,
+                                       torch_operand)
 from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
 from autotune.runtime.tuning import Tuner, TuningSettings, search_commands
 from autotune.select.kernel_table import KernelTable, read_table
+
+PROBED_ROWS = tuple(sorted({2**i for i in range(15)} | {3 * 2**i for i in range(13)}))  # 1, 2, 3, 4, 6, ... 16384
 
 __all__ = ["Runtime", "gemm", "matmul", "explain", "load", "tune_on_miss", "Decision"]
 
@@ -48,6 +51,7 @@ class Runtime:
         self._choice: TableChoice | None = None
         self._decisions: dict[tuple, Decision] = {}
         self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
+        self._layer_kernels: dict[tuple, bool] = {}  # runs_kernels_for's answers
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -85,7 +89,7 @@ class Runtime:
             if not pick.cublas:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
-            self._choice, self._decisions, self._tensor_decisions = choice, {}, {}
+            self._choice, self._decisions, self._tensor_decisions, self._layer_kernels = choice, {}, {}, {}
 
     @property
     def choice(self) -> TableChoice:
@@ -115,23 +119,49 @@ class Runtime:
             return out
         return result if batch is None else result.reshape(*batch, result.shape[-1])
 
-    def gemm_tensors(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
+    def gemm_tensors(self, a: Any, b: Any, out: Any, alpha: float, beta: float, host: HostCost | None = None) -> None:
         """``out = alpha * a @ b + beta * out`` for :mod:`autotune.torch`: 2-D CUDA tensors of this device,
-        ``out`` a new row-major ``m x n`` tensor. The same decision as :meth:`gemm`, kept per shapes, strides,
-        dtypes and alignment, so a repeated call costs a dictionary lookup and a launch (a tuned kernel on
-        PyTorch's current stream) or PyTorch's ``addmm_`` (where cuBLAS is picked)."""
-        key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.data_ptr() % ALIGNMENT,
-               b.data_ptr() % ALIGNMENT)
-        decision = self._tensor_decisions.get(key)
-        if decision is None:
-            decision = self._tensor_decisions[key] = self._decide(
-                torch_operand(a, "a"), torch_operand(b, "b"), torch_operand(out, "out"))
+        ``out`` a new row-major ``m x n`` tensor. A repeated call costs a dictionary lookup
+        (:meth:`tensor_decision`) and a launch (a tuned kernel on PyTorch's current stream) or PyTorch's
+        ``addmm_`` (where cuBLAS is picked)."""
+        decision = self.tensor_decision(a, b, host)
         if decision.kernel is None:
             out.addmm_(a, b, beta=beta, alpha=alpha)
             return
         self.device.launch_pointers(decision.kernel, self.choice.table.arch, decision.shape,
                                     self.device.torch_stream(a.device), a.data_ptr(), b.data_ptr(), out.data_ptr(),
                                     a.element_size(), alpha, beta)
+
+    def tensor_decision(self, a: Any, b: Any, host: HostCost | None = None) -> Decision:
+        """What :meth:`gemm_tensors` runs for 2-D CUDA tensors ``a @ b`` into a new row-major tensor: the
+        decision of :meth:`gemm`, less the kernels not predicted faster once the caller's ``host`` time is
+        counted (:func:`~autotune.runtime.dispatch.net_of_host_cost`); kept per shapes, strides, dtypes and
+        alignment."""
+        key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.data_ptr() % ALIGNMENT,
+               b.data_ptr() % ALIGNMENT, host)
+        decision = self._tensor_decisions.get(key)
+        if decision is None:
+            left, right = torch_operand(a, "a"), torch_operand(b, "b")
+            fresh = Operand(None, (left.shape[0], right.shape[-1]), left.element, True, 0, left.device)
+            decision = self._tensor_decisions[key] = net_of_host_cost(self._decide(left, right, fresh), host)
+        return decision
+
+    def runs_kernels_for(self, dtype: Any, n: int, k: int, host: HostCost | None = None) -> bool:
+        """Whether :meth:`gemm_tensors` runs a tuned kernel for ``x @ w`` (``w`` a row-major ``k x n`` tensor of
+        torch ``dtype``, ``x`` aligned) at some number of rows of ``x`` (PROBED_ROWS: 1 to 16384). False tells a
+        layer it may call PyTorch's matmul directly, saving the operator's host time."""
+        key = (dtype, n, k, host)
+        known = self._layer_kernels.get(key)
+        if known is None:
+            element = torch_element(dtype)
+
+            def decision(m: int) -> Decision:
+                operands = [Operand(None, shape, element, True, 0, self.device.index)
+                            for shape in ((m, k), (k, n), (m, n))]
+                return net_of_host_cost(decide(self.choice, *operands), host)
+
+            known = self._layer_kernels[key] = any(decision(m).kernel is not None for m in PROBED_ROWS)
+        return known
 
     def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
         """What :meth:`gemm` would run for these operands, and why."""

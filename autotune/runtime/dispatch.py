@@ -118,6 +118,35 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     return Decision(dtype, shape, kernel, rule, why, choice.note, pick, missed)
 
 
+@dataclasses.dataclass(frozen=True)
+class HostCost:
+    """What a caller's host spends per call on its way to a tuned kernel and to cuBLAS (milliseconds)."""
+
+    kernel_ms: float
+    cublas_ms: float
+    caller: str  # for reasons: "autotune.torch's operator"
+
+
+def net_of_host_cost(decision: Decision, host: HostCost | None) -> Decision:
+    """``decision``, or cuBLAS where its tuned kernel is not predicted faster once the host's time is counted.
+
+    Calls queued back to back take the longer of the host's time and the GPU's each: the kernel is kept
+    where ``max(host.kernel_ms, kernel) < max(host.cublas_ms, cuBLAS)`` at the predicted times. A GEMM of
+    tens of microseconds gains nothing from a kernel a few percent faster when reaching it costs the host
+    more than the GEMM takes."""
+    pick = decision.pick
+    if host is None or decision.kernel is None or pick is None or pick.kernel_ms is None or pick.cublas_ms is None:
+        return decision
+    with_kernel, with_cublas = max(host.kernel_ms, pick.kernel_ms), max(host.cublas_ms, pick.cublas_ms)
+    if with_kernel < with_cublas:
+        return decision
+    return dataclasses.replace(decision, kernel=None, reason=(
+        f"the tuned kernel {decision.kernel.name} is predicted {pick.kernel_ms * 1e3:.1f} us against cuBLAS's "
+        f"{pick.cublas_ms * 1e3:.1f} us here, and {host.caller} takes the host {host.kernel_ms * 1e3:.0f} us a call "
+        f"to it against {host.cublas_ms * 1e3:.0f} us to cuBLAS: {with_kernel * 1e3:.1f} us a call against "
+        f"{with_cublas * 1e3:.1f} us"))
+
+
 def _quality(rule: TableRule, kernel: str) -> str:
     ms = dict(rule.times)[kernel]
     text = f"{ms:.4g} ms there on {rule.measured_on}"

@@ -137,12 +137,12 @@ def torch_operand(tensor: Any, what: str) -> Operand:
     """An Operand for a PyTorch CUDA tensor, read from the tensor itself (pointer, strides, device): no
     CuPy view, so a Parameter or a tensor that requires grad is described like any other."""
     refuse_host_memory(tensor, what)
-    element = _element(tensor.dtype)
+    element = torch_element(tensor.dtype)
     return Operand(tensor, tuple(tensor.shape), element, tensor.is_contiguous(), tensor.data_ptr(),
                    tensor.device.index)
 
 
-def _element(dtype: Any) -> Any:
+def torch_element(dtype: Any) -> Any:
     """The numpy dtype of a torch dtype tuned kernels take (float32, float16), else the torch dtype itself."""
     name = str(dtype).removeprefix("torch.")
     return numpy.dtype(name) if name in ("float32", "float16") else dtype

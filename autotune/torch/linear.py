@@ -4,7 +4,9 @@
 ``b`` transposed, which no tuned kernel takes. :class:`Linear` keeps the same parameter, of the
 same shape, with its elements laid out ``in x out`` row-major: ``weight.T`` is then a row-major
 matrix, and the product runs :func:`autotune.torch.gemm` with no copy. State dicts, optimizers and
-``load_state_dict`` see an ordinary ``out x in`` parameter.
+``load_state_dict`` see an ordinary ``out x in`` parameter. A layer the table serves with cuBLAS at
+every number of rows (and a layer off the GPU) calls PyTorch's ``linear`` directly, without the
+operator's host time.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from autotune.torch.ops import gemm
+from autotune.torch.ops import OPERATOR_HOST, device_runtime, gemm
 
 __all__ = ["Linear", "use_autotune"]
 
@@ -34,11 +36,22 @@ class Linear(nn.Linear):
         return linear
 
     def forward(self, x: Tensor) -> Tensor:
-        weight_t = self.weight.t()
-        if not weight_t.is_contiguous():  # a weight assigned since (load_state_dict(assign=True), say)
+        if not self.weight.t().is_contiguous():  # a weight assigned since (load_state_dict(assign=True), say)
             relay_weight(self)
-            weight_t = self.weight.t()
-        return gemm(x, weight_t, self.bias, 1.0, 1.0)
+        if not runs_kernels(self.weight.dtype, self.weight.device, self.out_features, self.in_features):
+            return nn.functional.linear(x, self.weight, self.bias)  # no detour through the operator
+        return gemm(x, self.weight.t(), self.bias, 1.0, 1.0)
+
+
+@torch.compiler.assume_constant_result  # one answer per layer while a compiled graph lives
+def runs_kernels(dtype: torch.dtype, device: torch.device, out_features: int, in_features: int) -> bool:
+    """Whether the table runs a tuned kernel for a layer of this weight at some number of rows (the
+    operator's host time counted: :data:`~autotune.torch.ops.OPERATOR_HOST`); where it never does, the
+    layer calls PyTorch's ``linear`` itself."""
+    if device.type != "cuda":
+        return False
+    runtime = device_runtime(device)
+    return runtime is not None and runtime.runs_kernels_for(dtype, out_features, in_features, OPERATOR_HOST)
 
 
 def relay_weight(linear: nn.Linear) -> None:

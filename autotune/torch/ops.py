@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from autotune.errors import InputError
+from autotune.runtime.dispatch import Decision, HostCost
 from autotune.runtime.operands import refuse_unscaled
 
-__all__ = ["gemm"]
+__all__ = ["gemm", "explain"]
 
 
 def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0) -> Tensor:
@@ -30,6 +31,18 @@ def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, b
         InputError: the shapes do not chain, the dtypes differ, or the dtype is fp8 (which needs scales).
     """
     return torch.ops.autotune.gemm(a, b, c, float(alpha), float(beta))
+
+
+def explain(a: Tensor, b: Tensor) -> Decision:
+    """What :func:`gemm` runs for ``a @ b`` and why: a tuned kernel, or PyTorch's matmul (the table picks
+    cuBLAS, no kernel is faster once the operator's host time counts, or the tensors are not on a GPU)."""
+    rows, n = _check(a, b, None)
+    shape = (rows.shape[0], n, rows.shape[1])
+    runtime = device_runtime(rows.device) if rows.is_cuda else None
+    if runtime is None:
+        where = "CuPy, which loads the kernels, is not installed" if rows.is_cuda else f"the tensors are on {a.device}"
+        return Decision(_name(a.dtype), shape, None, None, f"{where}: PyTorch's matmul runs it", "no table")
+    return runtime.tensor_decision(rows.detach(), b.detach(), OPERATOR_HOST)
 
 
 @torch.library.custom_op("autotune::gemm", mutates_args=())
@@ -103,6 +116,12 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# The host's time per call through the operator (to a tuned kernel or cuBLAS) and through PyTorch's own matmul:
+# medians of 64 us (35-90) and 26 us (15-33) over 20 LLM projections on the H200's host
+# (bench/results/h200-operator-2026-12-03/op_profile.log). A tuned kernel runs where it is predicted faster
+# with these counted (autotune.runtime.dispatch.net_of_host_cost).
+OPERATOR_HOST = HostCost(kernel_ms=0.064, cublas_ms=0.026, caller="autotune.torch's operator")
+
 _without_cupy: list[str] = []  # why the runtime cannot load kernels here (CuPy missing), once known
 
 
@@ -110,17 +129,24 @@ def _on_gpu(rows: Tensor, b: Tensor, out: Tensor, alpha: float, beta: float) -> 
     """``out = alpha * rows @ b + beta * out`` by the runtime of the tensors' device (a tuned kernel, or
     PyTorch's matmul); PyTorch's matmul alone where CuPy, which loads the kernels, is not installed (with a
     warning, once)."""
-    if not _without_cupy:
-        try:
-            from autotune.runtime import runtime_for
+    runtime = device_runtime(rows.device)
+    if runtime is None:
+        out.addmm_(rows, b, beta=beta, alpha=alpha)
+    else:
+        runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta, OPERATOR_HOST)
 
-            runtime = runtime_for(rows.device.index)  # the process's runtime: autotune.load() replaces it
-        except ImportError as error:
-            _without_cupy.append(str(error))
-            warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch.gemm runs PyTorch's "
-                          "matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it", RuntimeWarning,
-                          stacklevel=3)
-        else:
-            runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta)
-            return
-    out.addmm_(rows, b, beta=beta, alpha=alpha)
+
+def device_runtime(device: torch.device):
+    """The process's runtime of a CUDA device (:func:`autotune.load` replaces it), or None where CuPy, which
+    loads the kernels, is not installed (with a warning, once)."""
+    if _without_cupy:
+        return None
+    try:
+        from autotune.runtime import runtime_for
+
+        return runtime_for(device.index)
+    except ImportError as error:
+        _without_cupy.append(str(error))
+        warnings.warn(f"autotune: no tuned kernels without CuPy ({error}); autotune.torch runs PyTorch's "
+                      "matmul. pip install 'autotune[cuda13]' (or [cuda12]) installs it", RuntimeWarning, stacklevel=4)
+        return None
