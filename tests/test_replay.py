@@ -124,7 +124,7 @@ def test_a_bad_table_is_one_line(tmp_path):
     with pytest.raises(ReplayTableError, match="line 1: ms -1: expected a positive number"):
         ReplayTable.load(path)
     path.write_text('{"kind": "cublas", "ms": 1}\n')
-    with pytest.raises(ReplayTableError, match="no a problem line"):
+    with pytest.raises(ReplayTableError, match="no problem line"):
         ReplayTable.load(path)
 
 
@@ -177,3 +177,14 @@ def test_the_backend_is_a_worker_backend(table_path):
     with GpuWorker(backend=functools.partial(ReplayBackend, table=str(table_path))) as worker:
         assert worker.environment().gpu_key.endswith("-fake")
         assert worker.run(CublasTask(PROBLEM, 0, 2, 10), timeout_s=30).timing.median_ms == CUBLAS_MS
+
+
+def test_an_xz_table_reads_as_its_text(table_path, tmp_path):
+    import lzma
+
+    packed = tmp_path / "table.jsonl.xz"
+    packed.write_bytes(lzma.compress(table_path.read_bytes()))
+    assert ReplayTable.load(packed).measured == ReplayTable.load(table_path).measured
+    packed.write_bytes(b"not xz")
+    with pytest.raises(ReplayTableError, match="cannot read replay table"):
+        ReplayTable.load(packed)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 import statistics
 import time
 from pathlib import Path
@@ -87,8 +88,11 @@ class ReplayTable:
         time or no measured config."""
         path = Path(path)
         try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as error:
+            if path.suffix == ".xz":  # as committed: xz -9 shrinks a 2740-config table from 1.9 MB to 77 kB
+                lines = lzma.decompress(path.read_bytes()).decode().splitlines()
+            else:
+                lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError, lzma.LZMAError) as error:
             raise ReplayTableError(f"cannot read replay table {path}: {error}") from None
         header, cublas, rows = None, [], {}
         for number, line in enumerate(lines, 1):
@@ -112,8 +116,8 @@ class ReplayTable:
             except (ValueError, TypeError, KeyError, AutotuneError) as error:
                 what = f"missing {error}" if isinstance(error, KeyError) else str(error)
                 raise ReplayTableError(f"{where}: {what}") from None
-        for missing, absent in (("a problem line", header is None), ("a cuBLAS time", not cublas),
-                                ("a measured config", not any(row.ms is not None for row in rows.values()))):
+        for missing, absent in (("problem line", header is None), ("cuBLAS time", not cublas),
+                                ("measured config", not any(row.ms is not None for row in rows.values()))):
             if absent:
                 raise ReplayTableError(f"replay table {path}: no {missing}")
         return cls(problem, str(header["family"]), str(header["gpu"]), statistics.median(cublas), rows, header)
