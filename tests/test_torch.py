@@ -55,7 +55,7 @@ def test_torch_compile_traces_the_operator_in_one_graph(monkeypatch, layer_runs_
     from autotune.torch import linear
 
     if layer_runs_kernels:  # as for a CUDA layer the table serves: the layer calls the operator
-        monkeypatch.setattr(linear, "runs_kernels", torch.compiler.assume_constant_result(lambda *args: True))
+        monkeypatch.setattr(linear, "kernel_rows", torch.compiler.assume_constant_result(lambda *args: 1))
     layer = at.Linear(8, 5)
     w = torch.randn(5, 3)
     x = torch.randn(4, 8)
@@ -242,10 +242,16 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     runtime.gemm_tensors(a, b, out, 1.0, 0.0, quick_host)
     assert len(device._launches[(pick.kernel, *shape)].calls) == 1
 
-    assert 16 in PROBED_ROWS and runtime.runs_kernels_for(torch.float16, n, k, quick_host)
+    assert 16 in PROBED_ROWS and runtime.kernel_rows(torch.float16, n, k) == 1  # host time not counted
     no_kernel_that_fast = HostCost(kernel_ms=10.0, cublas_ms=0.0, caller="a caller taking 10 ms")
-    assert not runtime.runs_kernels_for(torch.float16, n, k, no_kernel_that_fast)
-    assert not runtime.runs_kernels_for(torch.bfloat16, n, k)  # no tuned bf16 kernels in this table
+    assert runtime.kernel_rows(torch.float16, n, k, no_kernel_that_fast) is None
+    assert runtime.kernel_rows(torch.bfloat16, n, k) is None  # no tuned bf16 kernels in this table
+    from autotune.torch.ops import OPERATOR_HOST
+
+    rows = runtime.kernel_rows(torch.float16, n, k, OPERATOR_HOST)
+    assert rows in PROBED_ROWS and rows > 16  # a GEMM of 16 rows is over before the operator's host time
+    for m in (m for m in PROBED_ROWS if m >= rows):
+        assert table.dtypes["f16"].pick(m, n, k).cublas_ms > OPERATOR_HOST.kernel_ms
     assert requests == []  # probing the rows asks for no searches
 
 
@@ -269,17 +275,20 @@ def test_net_of_host_cost_keeps_a_kernel_only_where_it_is_faster_with_the_host_c
     assert net_of_host_cost(cublas, operator) is cublas
 
 
-def test_a_layer_the_table_never_serves_calls_pytorch_s_linear_itself(monkeypatch):
+def test_a_layer_calls_the_operator_only_from_the_rows_a_kernel_may_repay(monkeypatch):
     from autotune.torch import linear
 
     layer = at.Linear(8, 5)
-    x = torch.randn(4, 8)
     calls = []
-    monkeypatch.setattr(linear, "gemm", lambda *args: calls.append(args) or torch.zeros(4, 5))
+    monkeypatch.setattr(linear, "gemm", lambda *args: calls.append(args) or torch.zeros(*args[0].shape[:-1], 5))
+    x = torch.randn(4, 8)
     torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
     assert calls == []  # a CPU layer: no tuned kernel, no operator
-    monkeypatch.setattr(linear, "runs_kernels", lambda *args: True)
+    monkeypatch.setattr(linear, "kernel_rows", lambda *args: 6)
     layer(x)
+    layer(torch.randn(2, 2, 8))
+    assert calls == []  # 4 rows: PyTorch's linear
+    layer(torch.randn(2, 3, 8))
     assert len(calls) == 1 and calls[0][1].is_contiguous() and calls[0][1].shape == (8, 5)
 
 

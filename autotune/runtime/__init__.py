@@ -51,7 +51,7 @@ class Runtime:
         self._choice: TableChoice | None = None
         self._decisions: dict[tuple, Decision] = {}
         self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
-        self._layer_kernels: dict[tuple, bool] = {}  # runs_kernels_for's answers
+        self._layer_rows: dict[tuple, int | None] = {}  # kernel_rows' answers
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -89,7 +89,7 @@ class Runtime:
             if not pick.cublas:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
-            self._choice, self._decisions, self._tensor_decisions, self._layer_kernels = choice, {}, {}, {}
+            self._choice, self._decisions, self._tensor_decisions, self._layer_rows = choice, {}, {}, {}
 
     @property
     def choice(self) -> TableChoice:
@@ -146,22 +146,32 @@ class Runtime:
             decision = self._tensor_decisions[key] = net_of_host_cost(self._decide(left, right, fresh), host)
         return decision
 
-    def runs_kernels_for(self, dtype: Any, n: int, k: int, host: HostCost | None = None) -> bool:
-        """Whether :meth:`gemm_tensors` runs a tuned kernel for ``x @ w`` (``w`` a row-major ``k x n`` tensor of
-        torch ``dtype``, ``x`` aligned) at some number of rows of ``x`` (PROBED_ROWS: 1 to 16384). False tells a
-        layer it may call PyTorch's matmul directly, saving the operator's host time."""
-        key = (dtype, n, k, host)
-        known = self._layer_kernels.get(key)
-        if known is None:
-            element = torch_element(dtype)
+    def kernel_rows(self, dtype: Any, n: int, k: int, host: HostCost | None = None) -> int | None:
+        """From how many rows of ``x`` :meth:`gemm_tensors` may run a tuned kernel for ``x @ w`` (``w`` a
+        row-major ``k x n`` tensor of torch ``dtype``), judged at PROBED_ROWS (1 to 16384); None: at none.
 
-            def decision(m: int) -> Decision:
+        With ``host`` counted, a kernel can only win where cuBLAS's predicted time exceeds the host's time to
+        the kernel; the answer is the fewest probed rows from which it does at every probe above, where a
+        probe at or above it runs a kernel. Below it a layer may call PyTorch's matmul directly, without the
+        operator's host time."""
+        key = (dtype, n, k, host)
+        if key not in self._layer_rows:
+            element = torch_element(dtype)
+            decisions = []
+            for m in PROBED_ROWS:
                 operands = [Operand(None, shape, element, True, 0, self.device.index)
                             for shape in ((m, k), (k, n), (m, n))]
-                return net_of_host_cost(decide(self.choice, *operands), host)
-
-            known = self._layer_kernels[key] = any(decision(m).kernel is not None for m in PROBED_ROWS)
-        return known
+                decisions.append((m, net_of_host_cost(decide(self.choice, *operands), host)))
+            rows = None
+            for m, decision in reversed(decisions):
+                pick = decision.pick
+                if host is not None and pick is not None and pick.cublas_ms is not None \
+                        and pick.cublas_ms <= host.kernel_ms:
+                    break
+                rows = m
+            kernels = [m for m, decision in decisions if decision.kernel is not None and rows is not None and m >= rows]
+            self._layer_rows[key] = rows if kernels else None
+        return self._layer_rows[key]
 
     def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
         """What :meth:`gemm` would run for these operands, and why."""

@@ -4,9 +4,9 @@
 ``b`` transposed, which no tuned kernel takes. :class:`Linear` keeps the same parameter, of the
 same shape, with its elements laid out ``in x out`` row-major: ``weight.T`` is then a row-major
 matrix, and the product runs :func:`autotune.torch.gemm` with no copy. State dicts, optimizers and
-``load_state_dict`` see an ordinary ``out x in`` parameter. A layer the table serves with cuBLAS at
-every number of rows (and a layer off the GPU) calls PyTorch's ``linear`` directly, without the
-operator's host time.
+``load_state_dict`` see an ordinary ``out x in`` parameter. Where no kernel can repay the operator's
+host time (too few rows, a layer the table serves with cuBLAS at every number of rows, a layer off
+the GPU) the layer calls PyTorch's ``linear`` directly.
 """
 
 from __future__ import annotations
@@ -38,20 +38,21 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         if not self.weight.t().is_contiguous():  # a weight assigned since (load_state_dict(assign=True), say)
             relay_weight(self)
-        if not runs_kernels(self.weight.dtype, self.weight.device, self.out_features, self.in_features):
+        rows = kernel_rows(self.weight.dtype, self.weight.device, self.out_features, self.in_features)
+        if rows is None or x.numel() < rows * self.in_features:  # under torch.compile: a guard on the rows
             return nn.functional.linear(x, self.weight, self.bias)  # no detour through the operator
         return gemm(x, self.weight.t(), self.bias, 1.0, 1.0)
 
 
 @torch.compiler.assume_constant_result  # one answer per layer while a compiled graph lives
-def runs_kernels(dtype: torch.dtype, device: torch.device, out_features: int, in_features: int) -> bool:
-    """Whether the table runs a tuned kernel for a layer of this weight at some number of rows (the
-    operator's host time counted: :data:`~autotune.torch.ops.OPERATOR_HOST`); where it never does, the
+def kernel_rows(dtype: torch.dtype, device: torch.device, out_features: int, in_features: int) -> int | None:
+    """From how many rows of its input a layer of this weight may run a tuned kernel, the operator's host
+    time counted (:data:`~autotune.torch.ops.OPERATOR_HOST`); None where it never does. Below it, the
     layer calls PyTorch's ``linear`` itself."""
     if device.type != "cuda":
-        return False
+        return None
     runtime = device_runtime(device)
-    return runtime is not None and runtime.runs_kernels_for(dtype, out_features, in_features, OPERATOR_HOST)
+    return None if runtime is None else runtime.kernel_rows(dtype, out_features, in_features, OPERATOR_HOST)
 
 
 def relay_weight(linear: nn.Linear) -> None:
