@@ -243,3 +243,33 @@ def test_wrong_kernel_is_caught(worker):
                       dynamic_smem=0, problem=problem, seed=1, warmup=1, repeats=3, resources=kernel.resources)
     outcome = worker.run(task, timeout_s=60)
     assert isinstance(outcome, Failure) and outcome.failure_class == FailureClass.WRONG_ANSWER.value
+
+
+# At most 8 rows: one row, every MAX_M's own edge (2, 4, 8) and the rows between, N past a multiple of 4 and
+# odd (VEC 2 and 1 builds only), K shorter than K_GROUPS, past a multiple of UNROLL * K_GROUPS, and long.
+GEMV_SHAPES = [(1, 1, 1), (1, 4096, 4096), (2, 4104, 14344), (3, 1000, 17), (4, 130, 3), (5, 1000, 129),
+               (7, 4096 + 24, 14336 + 8), (8, 1027, 4099), (8, 14336, 4096)]
+
+
+def test_gemv_configs_verify_at_few_rows(worker):
+    """sgemm_gemv (M <= 8): its seeds and two random configs of every MAX_M, VEC and UNROLL, each at the shapes
+    its rules admit, against cuBLAS with beta 0 (C poisoned with NaN) and 0.5."""
+    from autotune.gpu_specs import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    space = load_space("sgemm_gemv")
+    feasible = feasible_configs(space, gpu)
+    rng = random.Random(3)
+    configs = list(space.seeds)
+    for knob in ("MAX_M", "VEC", "UNROLL", "K_GROUPS"):
+        for value in space.knobs[knob]:
+            configs += rng.sample([c for c in feasible if c[knob] == value], 2)
+    configs = list(dict.fromkeys(configs))
+    outcomes = []
+    for problem in _both_betas(GEMV_SHAPES, "f32"):
+        admitted = [c for c in configs if space.check(c, gpu, problem).feasible]
+        assert admitted, problem
+        outcomes += _run_all(worker, space, gpu, admitted, [problem])
+    _assert_verified(outcomes)
+    assert {name for name, *_ in outcomes} == {c.name for c in configs}  # each ran somewhere
+    assert len(outcomes) >= 2 * len(GEMV_SHAPES) * 4
