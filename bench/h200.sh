@@ -45,6 +45,10 @@
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
 #                                       .pg/postgresql.tgz (a relocatable tree with bin/initdb, bin/pg_ctl)
+#   bench/h200.sh gemv                  sgemm_gemv (M <= 8) swept at the LLM set's shapes of at most 8 rows
+#                                       (GEMV_TRIALS per shape, default 40; top 3 kept), its best configs then
+#                                       timed at the held-out set's few-row shapes (--cross-from), cuBLAS beside
+#                                       each; the results exported to $OUT/gemv_results.jsonl (about 2 minutes)
 #   bench/h200.sh brute-force [NAME]    every feasible config of a sub-space (default wgmma4096: hgemm_wgmma at
 #                                       4096^3 f16, 2740 configs) verified and timed, and cuBLAS, into
 #                                       $OUT/replay_NAME.jsonl, the table bench/replay.py replays searches over
@@ -195,6 +199,17 @@ while [ $# -gt 0 ]; do
             python3 bench/sgemm_compilers.py --shape 4096 --rounds "${COMPILERS_ROUNDS:-14}" "${sources[@]}"
         } 2>&1 | tee "$OUT/compilers.log" || status=1
         ;;
+    gemv)
+        python3 -c 'from autotune.shapes import read_shapes
+for name, file in (("llm", "gemv_shapes.txt"), ("llm-held-out", "gemv_held_out.txt")):
+    open("'"$OUT"'/" + file, "w").write("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes(name) if m <= 8))'
+        gemv=(--gpu h200 --dtype f32 --family sgemm_gemv --top 3 --db "$DB")
+        python3 -m autotune sweep "${gemv[@]}" --trials "${GEMV_TRIALS:-40}" --shapes "$OUT/gemv_shapes.txt" \
+            2>&1 | tee "$OUT/gemv.log" || status=1
+        python3 -m autotune sweep "${gemv[@]}" --shapes "$OUT/gemv_held_out.txt" --cross-from "$OUT/gemv_shapes.txt" \
+            2>&1 | tee -a "$OUT/gemv.log" || status=1
+        python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/gemv_results.jsonl" || status=1
+        ;;
     brute-force)
         name=wgmma4096
         if [ $# -gt 0 ] && [[ $1 =~ ^[a-z_]+[0-9]+$ ]]; then name=$1; shift; fi  # sub-space names end in their size
@@ -207,7 +222,7 @@ while [ $# -gt 0 ]; do
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], gemv, brute-force [NAME], mismatch" >&2; exit 2
         ;;
     esac
 done
