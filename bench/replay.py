@@ -2,7 +2,7 @@
 search finds the sub-space's best against random search on the same table.
 
     python3 bench/replay.py --table DIR/replay_wgmma4096.jsonl --out DIR [--seeds 20] [--evaluations 150]
-                            [--compiles warm,cheap,dear] [--samplers tpe,random] [--jobs 16] [--no-gpu-time]
+                            [--compiles warm,cheap,dear] [--samplers tpe,random,genetic] [--jobs 16] [--no-gpu-time]
                             [--without-seeds]
 
 Each search is the project's own (:class:`autotune.search.search.Search`: its opening, its proposer, the
@@ -13,8 +13,10 @@ two stand-ins: its GPU worker runs
 the task takes as long as its launches would have), and its compile pool is
 :class:`autotune.search.replay_pool.ReplayPool` (each build from the table after a compile cost). The
 compile settings (COMPILES): ``warm`` every compile from a warm cache (none takes any time), ``cheap``
-CHEAP_S and ``dear`` DEAR_S per compile, JOBS at a time. The samplers: ``tpe`` (the search's) and
-``random`` (``--sampler random``: the same opening, then uniformly random feasible configs).
+CHEAP_S and ``dear`` DEAR_S per compile, JOBS at a time. The samplers (``--samplers``, default tpe and
+random): ``tpe`` (the search's), ``random`` (``--sampler random``: the same opening, then uniformly random
+feasible configs) and ``genetic`` (``--sampler genetic``: the same opening, then configs bred from the
+measured ones).
 
 Per search, from its study's GPU evaluations in the order they took their slots: how many it took to
 reach a config within 3% of the table's best (WITHIN), and whether it found the best itself. Per
@@ -221,20 +223,21 @@ def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
 
 
 def main() -> int:
+    from autotune.search.settings import SAMPLERS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, required=True, help="a table of bench/brute_force.py")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, default=20, help="searches per setting, seeds 0..N-1 (default 20)")
     parser.add_argument("--evaluations", type=int, default=150, help="GPU evaluations a search (default 150)")
     parser.add_argument("--compiles", default="warm,cheap,dear", help=f"of {', '.join(COMPILES)}")
-    parser.add_argument("--samplers", default="tpe,random")
+    parser.add_argument("--samplers", default="tpe,random", help=f"of {', '.join(SAMPLERS)} (default tpe,random)")
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"compiles at a time (default {JOBS})")
     parser.add_argument("--no-gpu-time", action="store_true", help="answer GPU tasks at once")
     parser.add_argument("--without-seeds", action="store_true",
                         help="leave the family's seeds out of the opening (a search that knows nothing of the table)")
     args = parser.parse_args()
     from autotune.errors import AutotuneError
-    from autotune.search.settings import SAMPLERS
 
     compiles = _names(args.compiles, list(COMPILES), "--compiles")
     samplers = _names(args.samplers, SAMPLERS, "--samplers")

@@ -3,7 +3,7 @@
 Tests start several at once on one database, or kill one, and look at the study afterwards
 (forked, see forked_processes.py, or as a script):
 
-    python tests/search_process.py URL TRIALS [--kernel-s S] [--heartbeat S] [--grace S] [--seed N]
+    python tests/search_process.py URL TRIALS [--kernel-s S] [--heartbeat S] [--grace S] [--seed N] [--sampler NAME]
 
 ``--kernel-s`` makes every kernel take S seconds on the fake GPU, so that a search is caught
 with candidates running. Prints ``evaluated N`` at the end.
@@ -53,10 +53,11 @@ def search(argv: list[str]) -> int:
     parser.add_argument("--heartbeat", type=int, default=5)
     parser.add_argument("--grace", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sampler", default="tpe")
     args = parser.parse_args(argv)
     os.environ["AUTOTUNE_TEST_KERNEL_S"] = str(args.kernel_s)
     settings = SearchSettings(trials=args.trials, jobs=1, seed=args.seed, heartbeat_s=args.heartbeat,
-                              grace_s=args.grace)
+                              grace_s=args.grace, sampler=args.sampler)
     with GpuWorker(backend=SlowFakeBackend) as worker:
         result = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), ResultStore(args.url),
                         worker, settings).run()

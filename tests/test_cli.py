@@ -49,7 +49,8 @@ def test_space_text_output_names_reasons_and_resources():
     (["search", "--gpu", "t4", "--shape", "64", "--trials", "0"], ["--trials 0", "> 0"]),
     (["query", "--gpu", "h100", "--shape", "64x64"], ["'64x64'"]),
     (["search", "--gpu", "h200", "--shape", "64", "--backend", "opencl"], ["'opencl'", "cupy", "fake"]),
-    (["search", "--gpu", "h200", "--shape", "64", "--backend", "fake", "--sampler", "grid"], ["'grid'", "tpe", "random"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--backend", "fake", "--sampler", "grid"],
+     ["'grid'", "tpe", "random", "genetic"]),
     (["frobnicate"], ["frobnicate"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragments):

@@ -1,5 +1,5 @@
 """The replay benchmark without a GPU: a synthetic table of the tiny family, its backend and compile pool,
-and whole searches replayed over it (bench/replay.py), TPE and random."""
+and whole searches replayed over it (bench/replay.py), TPE, random and genetic."""
 
 import dataclasses
 import functools
@@ -160,6 +160,13 @@ def test_searches_replayed_over_the_table_end_to_end(table_path, tmp_path):
     orders = [json.loads(line) for line in (tmp_path / "replay_orders.jsonl").read_text().splitlines()]
     assert [tuple(line["order"]) for line in orders] == [run.order for run in runs]
     assert "tpe" in (tmp_path / "replay_summary.txt").read_text()
+
+
+def test_a_genetic_search_replays_past_its_opening(table_path, tmp_path):
+    (run,) = replay.replay(table_path, tmp_path, seeds=[0], evaluations=24, compiles=["warm"], samplers=["genetic"],
+                           jobs=2, gpu_time=False)
+    assert run.sampler == "genetic" and run.evaluations == len(set(run.order)) == 24
+    assert "genetic" in (tmp_path / "replay_summary.txt").read_text()
 
 
 def test_a_replay_without_seeds_opens_with_none_of_them(table_path, tmp_path):

@@ -47,9 +47,10 @@ def url(tmp_path):
     return url
 
 
-def test_four_concurrent_searches_end_with_exactly_the_budget(url):
-    budget = 24  # past the 16 results TPE learns from: TPE proposals race as well
-    searches = [start_search(url, budget) for _ in range(4)]  # all of them start with the space's seeds
+@pytest.mark.parametrize("sampler", ["tpe", "genetic"])
+def test_four_concurrent_searches_end_with_exactly_the_budget(url, sampler):
+    budget = 24  # past the 16 results TPE learns from: TPE proposals (or children) race as well
+    searches = [start_search(url, budget, "--sampler", sampler) for _ in range(4)]  # all start with the seeds
     evaluated = [received.recv() if received.poll(600) else None for _, received in searches]
     for process, _ in searches:
         process.join(60)

@@ -402,15 +402,16 @@ class CompilesFirstWorker(RecordingWorker):
         return super().run(task, timeout_s)
 
 
-def test_random_draws_in_flight_count_against_the_opening_and_what_follows_it_is_tpes(tmp_path, worker):
+@pytest.mark.parametrize("sampler", ["tpe", "genetic"])
+def test_random_draws_in_flight_count_against_the_opening_and_what_follows_it_is_tpes(tmp_path, worker, sampler):
     """However far the compiles run ahead of the GPU, the opening is n_startup configs (seeds, then
-    random draws); every config evaluated after it is a TPE proposal made from its results."""
+    random draws); every config evaluated after it is a TPE proposal (or a child) made from its results."""
     from autotune.search.draws import N_STARTUP
 
     gpu_first = CompilesFirstWorker(worker)
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     search = Search(SearchSpace(TINY), gpu_spec("h200"), GemmProblem(64, 64, 64), store, gpu_first,
-                    SearchSettings(trials=N_STARTUP + 8, jobs=2, seed=1))
+                    SearchSettings(trials=N_STARTUP + 8, jobs=2, seed=1, sampler=sampler))
     gpu_first.search = search
     result = search.run()
     assert result.evaluated == N_STARTUP + 8

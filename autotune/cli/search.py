@@ -55,8 +55,9 @@ def register(sub) -> None:
                         help="what to minimise: time (default), energy (J per GEMM), edp (energy x time), "
                              "or pareto (the time/energy front)")
     search.add_argument("--sampler", default="tpe",
-                        help="what proposes configs after the opening: tpe (default), or random (uniformly random "
-                             "feasible configs, a yardstick for TPE)")
+                        help="what proposes configs after the opening: tpe (default), random (uniformly random "
+                             "feasible configs, a yardstick for TPE), or genetic (children of the fastest configs "
+                             "measured so far: tournament selection, crossover and mutation)")
     search.add_argument("--trace", metavar="FILE",
                         help="write the search's timeline to FILE: a Chrome trace (open it in ui.perfetto.dev) "
                              "with a row for the search loop, each GPU and each compile process")

@@ -1,4 +1,4 @@
-"""Which config a search tries next: the space's seeds, then random feasible configs, then TPE.
+"""Which config a search tries next: the space's seeds, then random feasible configs, then TPE (or breeding).
 
 Most combinations of a GEMM space break a static rule (99% of sgemm's at 4096 on
 an H200), and a sampler asked through an Optuna study turns each proposal into a
@@ -19,6 +19,13 @@ stored trial, rejected or not. Here no rejected config is ever a trial:
   ``constant_liar`` does.
 * With ``sampler="random"`` the opening is the same, and every config after it is a uniformly random
   feasible one (random search through the same pipeline, a yardstick for TPE); it waits for nothing.
+* With ``sampler="genetic"`` the opening and the wait for its results are TPE's, and every config after
+  it is bred (:func:`breed`) from the configs measured so far: two parents, each the winner of a
+  tournament, uniform crossover, then mutation. It waits because its children would reach the GPU
+  after the opening's configs anyway (built candidates go to the GPU first come, first served):
+  breeding before the opening's results are in would only breed them from fewer parents. Configs in
+  flight and configs that failed (to compile or on the GPU) are never parents; children are screened
+  as TPE's candidates are, and it falls back to a random feasible config after MAX_CHILDREN.
 
 TPE's internals are Optuna's own, reached through :mod:`autotune.search.optuna_private`
 (Optuna has no public API for them): only the screening of candidates is added.
@@ -27,6 +34,7 @@ TPE's internals are Optuna's own, reached through :mod:`autotune.search.optuna_p
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy
@@ -44,6 +52,8 @@ from autotune.space.family import Config, SearchSpace
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
 MAX_DRAWS = 4096  # candidates drawn from l(x) per proposal at most, before falling back to a random config
+TOURNAMENT = 6  # measured configs drawn per tournament: the best of them is a parent
+MAX_CHILDREN = 64  # children bred per proposal at most, before falling back to a random config
 
 
 class FeasibleTpeSampler(optuna.samplers.TPESampler):
@@ -83,6 +93,40 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
         return kept[int(numpy.argmax(scores))]
 
 
+Parent = tuple[dict[str, int], Sequence[float]]  # a measured config's knob values and its objective values
+
+
+def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+
+def _tournament(parents: Sequence[Parent], rng: random.Random) -> dict[str, int]:
+    """The best of TOURNAMENT parents drawn at random (lower is better; with several objectives, the first
+    drawn that no other drawn one dominates)."""
+    entrants = rng.sample(parents, min(TOURNAMENT, len(parents)))
+    return next(params for params, values in entrants
+                if not any(_dominates(other, values) for _, other in entrants))
+
+
+def breed(parents: Sequence[Parent], choices: dict[str, Sequence[int]], rng: random.Random,
+          admissible: Callable[[dict[str, int]], bool]) -> dict[str, int] | None:
+    """A child of two tournament winners among ``parents``: each knob of ``choices`` from either parent
+    (uniform crossover), then each moved to another of its values with probability 1/len(choices);
+    the first admissible child of MAX_CHILDREN, or None (no parents, or none admissible)."""
+    if not parents:
+        return None
+    mutation = 1.0 / len(choices)
+    for _ in range(MAX_CHILDREN):
+        mother, father = _tournament(parents, rng), _tournament(parents, rng)
+        child = {knob: (mother if rng.random() < 0.5 else father)[knob] for knob in choices}
+        for knob, values in choices.items():
+            if rng.random() < mutation:
+                child[knob] = rng.choice([value for value in values if value != child[knob]])
+        if admissible(child):
+            return child
+    return None
+
+
 class Pause(enum.Enum):
     """What :meth:`Proposer.next` gives while no config can be proposed yet."""
 
@@ -98,7 +142,7 @@ class Proposer(FeasibleDraws):
     ``taken`` (config names) is everything the study holds or has in flight; the proposer
     never proposes a taken config, nor one that breaks a static rule. ``warm_start`` configs
     are proposed before the space's seeds, each once, where the static rules admit them.
-    ``sampler`` is what proposes after the opening: ``tpe`` or ``random`` (:data:`SAMPLERS`).
+    ``sampler`` is what proposes after the opening: ``tpe``, ``random`` or ``genetic`` (:data:`SAMPLERS`).
     """
 
     def __init__(self, space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, seed: int,
@@ -106,13 +150,14 @@ class Proposer(FeasibleDraws):
         if sampler not in SAMPLERS:
             raise InputError("--sampler", sampler, ", ".join(SAMPLERS))
         super().__init__(space, gpu, problem, seed, warm_start, n_startup)
-        self.random_search = sampler == "random"
+        self.kind = sampler
         self.distributions = {knob: CategoricalDistribution(values) for knob, values in space.knobs.items()}
         self.varying = {knob: d for knob, d in self.distributions.items()  # what TPE chooses: not what the problem sets
                         if len(d.choices) > 1 and knob not in space.specialized}
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup)
-        self.learned: set[str] = set()  # configs TPE proposed from the study's results (the others were fixed or drawn)
+        self.learned: set[str] = set()  # configs TPE proposed (or breeding bred) from the study's results: the
+                                        # others were fixed or drawn
 
     def next(self, study: optuna.Study, trials: list[FrozenTrial], taken: set[str],
              in_flight: Iterable[Config] = ()) -> Config | Pause | None:
@@ -128,7 +173,7 @@ class Proposer(FeasibleDraws):
                 if config.name not in taken:
                     self.opened += 1
                     return config
-        if not self.varying or self.random_search:
+        if not self.varying or self.kind == "random":
             return self.random(taken)  # nothing to learn (every config is its own), or random search
         finished = sum(trial.state in (TrialState.COMPLETE, TrialState.PRUNED) for trial in trials)
         if finished < self.n_startup and not self.learned:  # once TPE has proposed, it goes on
@@ -136,10 +181,15 @@ class Proposer(FeasibleDraws):
                 self.opened += 1
                 return self.random(taken)
             if len(trials) > finished or in_flight:
-                return WAIT  # TPE proposes once the opening's results are in
-        liars = [self._liar(config) for config in in_flight]
-        params = self.sampler.propose(study, trials + liars, self.varying,
-                                      lambda values: self._admissible(values, taken))
+                return WAIT  # TPE (or breeding) proposes once the opening's results are in
+        admissible = lambda values: self._admissible(values, taken)  # noqa: E731
+        if self.kind == "genetic":
+            parents = [({knob: trial.params[knob] for knob in self.varying}, trial.values)
+                       for trial in trials if trial.state == TrialState.COMPLETE]
+            params = breed(parents, {knob: d.choices for knob, d in self.varying.items()}, self.rng, admissible)
+        else:
+            liars = [self._liar(config) for config in in_flight]
+            params = self.sampler.propose(study, trials + liars, self.varying, admissible)
         if params is not None:
             config = self.set_up({**self.fixed, **params})
             self.learned.add(config.name)

@@ -5,7 +5,7 @@
 
 * Configs come from :class:`~autotune.search.sampler.Proposer`: the space's seeds, then
   random feasible configs, then TPE over feasible configs (or, with ``sampler="random"``, more
-  random ones). A config that breaks a
+  random ones; with ``sampler="genetic"``, children of the measured ones). A config that breaks a
   static rule is screened out for the cost of a rule check; it is never compiled
   and never becomes a trial.
 * :mod:`autotune.search.compiling` keeps the compile pool busy ahead of the GPU; the
@@ -97,8 +97,8 @@ class SearchResult:
 
 def study_name(space: SearchSpace, gpu_key: str, problem: GemmProblem, objective: str = "time",
                sampler: str = "tpe") -> str:
-    """One study per family, GPU, problem, template version and objective; random search keeps a study
-    of its own."""
+    """One study per family, GPU, problem, template version and objective; a sampler other than TPE keeps a
+    study of its own."""
     name = (
         f"{space.family}/{gpu_key}/{problem.shape}/{problem.dtype}/"
         f"alpha{problem.alpha:g}/beta{problem.beta:g}/{space.template_hash}"

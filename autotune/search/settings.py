@@ -10,7 +10,8 @@ SWEEP_TRIALS = 24  # GPU evaluations per shape of a sweep
 SWEEP_TOP = 4  # configs per shape a sweep measures at every other shape
 WARM_NEIGHBOURS = 2  # tuned shapes a sweep's search is warm-started from...
 WARM_PER_NEIGHBOUR = 3  # ...and configs taken from each
-SAMPLERS = ("tpe", "random")  # what proposes configs after the opening: TPE over feasible configs, or uniform draws
+SAMPLERS = ("tpe", "random", "genetic")  # what proposes configs after the opening: TPE over feasible configs,
+                                         # uniform draws, or children bred from the measured configs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,7 @@ class SearchSettings:
     objective: str = "time"  # time, energy, edp or pareto (autotune.search.objective)
     energy_seconds: float = 1.0  # length of an energy window
     race: bool = True  # stop timing clearly slower candidates early (time objective only)
-    sampler: str = "tpe"  # after the opening: TPE, or random feasible configs (SAMPLERS)
+    sampler: str = "tpe"  # after the opening: TPE, random feasible configs, or bred ones (SAMPLERS)
     heartbeat_s: int = 5  # running trials beat this often...
     grace_s: int = 20  # ...and are failed as stale this long after their last beat
 
