@@ -4,7 +4,7 @@
 PyTorch operator (``torch.ops.autotune.gemm``): autograd differentiates it, ``torch.compile``
 traces it (``fullgraph=True`` included), and on a CUDA tensor it runs the tuned kernel the
 runtime's table picks for its shape, on PyTorch's current stream. Whatever no tuned kernel
-serves (bfloat16, a transposed ``b``, a CPU tensor, a shape the table leaves to cuBLAS) runs on
+serves (a dtype the table has no kernels for, a transposed ``b``, a CPU tensor, a shape the table leaves to cuBLAS) runs on
 PyTorch's own matmul. ``a`` may have leading batch dimensions (``... x k``).
 
 :class:`Linear` is an ``nn.Linear`` whose weight is stored transposed (its ``weight`` is still
