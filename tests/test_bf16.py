@@ -150,3 +150,31 @@ def test_a_first_bf16_table_from_the_shipped_fp16_results_on_the_fake_backend(tm
     assert all(kernel.other_dtype == "bf16" and kernel.name.endswith("_bf16") for kernel in table.kernels)
     kernel = table.kernels[0]
     assert kernel.to_dict(False)["other_dtype"] == "bf16" and TableKernel.from_dict(kernel.to_dict(False)) == kernel
+
+
+def test_the_runtime_sends_torch_bfloat16_to_a_bf16_kernel_only_where_the_table_has_bf16_rules():
+    torch = pytest.importorskip("torch")
+    from autotune.runtime.dispatch import TableChoice, decide
+    from autotune.runtime.operands import Operand
+    from autotune.select.kernel_table import DtypeTable, KernelTable, TableRule, spec_for_arch
+    from autotune.select.selection import table_kernel
+
+    gpu = spec_for_arch("sm_90", "h200")
+    bf16 = table_kernel("hgemm_mma", load_space("hgemm_mma").seeds[0].as_dict(), gpu, "bf16")
+    rule = TableRule(1024, 1024, 1024, bf16.name, ms=1.0, cublas_ms=2.0, measured_on="NVIDIA H200")
+    table = KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
+                        dtypes={"bf16": DtypeTable((bf16,), (rule,), gpu.sms)})
+
+    def operand(rows, cols, pointer, element=torch.bfloat16):
+        return Operand(None, (rows, cols), element, True, pointer, 0)
+
+    a, b, c = operand(1000, 1024, 0x10000), operand(1024, 1100, 0x800000), operand(1000, 1100, 0x1000000)
+    assert a.dtype == "bf16" and operand(1, 1, 0, numpy.dtype("uint16")).dtype is None  # bits are not bf16
+    decision = decide(TableChoice(table, "test"), a, b, c)
+    assert decision.dtype == "bf16" and decision.kernel is bf16 and decision.kernel.launch.entry.endswith("_bf16")
+    only_f16 = KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
+                           dtypes={"f16": DtypeTable((bf16,), (rule,), gpu.sms)})
+    fallback = decide(TableChoice(only_f16, "test"), a, b, c)
+    assert fallback.kernel is None and fallback.reason == "the table for h200 has no bf16 kernels"
+    fp8 = decide(TableChoice(table, "test"), *(operand(*x.shape, x.pointer, torch.float8_e4m3fn) for x in (a, b, c)))
+    assert fp8.kernel is None and "float32, float16, bfloat16 do" in fp8.reason
