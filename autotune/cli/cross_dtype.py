@@ -14,6 +14,7 @@ from autotune.cli.arguments import (
     Seconds,
     add_backend_argument,
     add_db_argument,
+    open_store,
     requested_gpu,
 )
 from autotune.errors import InputError
@@ -51,7 +52,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from autotune.search.cross_dtype import CrossDtype, plan, source_gpu_key
     from autotune.search.settings import SearchSettings
-    from autotune.search.start import _open_store, attached_gpu_spec, start_processes
+    from autotune.search.start import attached_gpu_spec, start_processes
 
     check_dtype(args.dtype)
     check_dtype(args.from_dtype, "--from-dtype")
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         env = worker.environment()
         gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
         dtype_runs_on(args.dtype, gpu.arch, gpu.key)
-        store = stack.enter_context(_open_store(args.db))
+        store = stack.enter_context(open_store(args.db))
         source = source_gpu_key(env.gpu_key)
         planned = plan(store, gpu, source, args.from_dtype, args.dtype, args.top, shapes)
         if not planned:
