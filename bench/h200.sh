@@ -44,12 +44,13 @@
 #   bench/h200.sh bf16                  a first bf16 table from the shipped fp16 results: imports tuned_db/h200.jsonl,
 #                                       then `autotune cross-dtype --dtype bf16 --from-dtype f16`: each shipped f16
 #                                       shape's BF16_TOP (default 3) fastest configs built for bf16, verified and timed
-#                                       there with cuBLAS bf16 (56 shapes: about 170 candidates, 56 cuBLAS runs and
-#                                       the compiles of at most 3 x 56 configs, fewer distinct: about 2-4 minutes of
-#                                       an H200; BF16_TIMEOUT=S stops it after S seconds, run again with the same $DB
-#                                       to go on); then `autotune table --dtype bf16` (text and JSON) and the H200's
-#                                       results, bf16 included, as $OUT/h200.jsonl (copy it over tuned_db/h200.jsonl
-#                                       and run `python -m autotune.cli.prebuilt` to ship the bf16 table)
+#                                       there with cuBLAS bf16 (56 shapes, 168 candidates of 47 distinct configs,
+#                                       compiled on the 16 CPUs in about 15 s, and 56 cuBLAS runs: an estimated 2-3
+#                                       minutes of the H200, not measured yet; BF16_TIMEOUT=S stops it after S seconds,
+#                                       run again with the same $DB to go on); then `autotune table --dtype bf16`
+#                                       (text and JSON) and the H200's results, bf16 included, as $OUT/h200.jsonl
+#                                       (copy it over tuned_db/h200.jsonl and run `python -m autotune.cli.prebuilt`
+#                                       to ship the bf16 table)
 #   bench/h200.sh shared [DEVICES]      searches sharing one study on a throwaway PostgreSQL server, one
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
