@@ -31,9 +31,10 @@ def narrow(values: Any, element: ElementType) -> Any:
 
 
 def widen(stored: Any, element: ElementType) -> Any:
-    """fp32 values of arrays stored as ``element`` keeps them (:func:`narrow`); exact for every dtype here."""
+    """fp32 values of arrays stored as ``element`` keeps them (:func:`narrow`); exact for every dtype here. An
+    fp32 array is returned as it is (no copy): copy the result before writing into it."""
     if not stored_as_bits(element):
-        return stored.astype("float32")
+        return stored.astype("float32", copy=False)
     return (stored.astype("uint32") << 16).view("float32")
 
 
