@@ -7,7 +7,47 @@ import re
 
 from autotune.errors import InputError
 
-DTYPES = ("f32", "f16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementType:
+    """What a dtype is, everywhere it matters: the one table that maps a dtype name to its storage,
+    CUDA names, cuBLAS type and verification tolerance.
+
+    A dtype without a NumPy type (bf16) is stored as the bit patterns of its elements in an unsigned
+    integer type of its width (``storage``), made by rounding fp32 to nearest even.
+    """
+
+    name: str  # "f32", "f16", "bf16"
+    array_dtype: str  # the dtype of arrays (NumPy, PyTorch) holding it: "float32", "float16", "bfloat16"
+    storage: str  # the NumPy/CuPy dtype its device arrays have: "float32", "float16", "uint16" (bf16 bits)
+    itemsize: int  # bytes per element
+    c_type: str  # the CUDA C element type: float, half, __nv_bfloat16
+    c_pair: str  # two elements in one 32-bit word: float2, half2, __nv_bfloat162
+    ptx: str  # the PTX type name of mma.sync and wgmma operands: f32, f16, bf16
+    header: str  # the CUDA header declaring c_type and its conversions ("" for float)
+    to_float: str  # element -> float
+    from_float: str  # float -> element, rounding to nearest even
+    pair_to_float2: str  # c_pair -> float2
+    floats_to_pair: str  # (float, float) -> c_pair, rounding to nearest even
+    cuda_data_type: int  # cudaDataType of cuBLAS's gemmEx (library_types.h): CUDA_R_32F 0, CUDA_R_16F 2, CUDA_R_16BF 14
+    unit_roundoff: float  # one rounding of a result to this type; 0 for f32, whose results are not rounded again
+    subnormal_step: float  # the spacing of its subnormals, where a rounding step is absolute (0 for f32)
+    min_arch: int  # the oldest compute capability whose tensor cores and conversions take it (sm_XY as XY)
+
+
+ELEMENTS = {
+    "f32": ElementType("f32", "float32", "float32", 4, "float", "float2", "f32", "", "", "", "", "", 0,
+                       0.0, 0.0, 0),
+    "f16": ElementType("f16", "float16", "float16", 2, "half", "half2", "f16", "cuda_fp16.h", "__half2float",
+                       "__float2half", "__half22float2", "__floats2half2_rn", 2, 2.0**-11, 2.0**-24, 0),
+    # bf16 has fp32's exponent range and 8 significand bits: unit roundoff 2^-8, subnormals 2^-133 apart.
+    "bf16": ElementType("bf16", "bfloat16", "uint16", 2, "__nv_bfloat16", "__nv_bfloat162", "bf16", "cuda_bf16.h",
+                        "__bfloat162float", "__float2bfloat16", "__bfloat1622float2", "__floats2bfloat162_rn", 14,
+                        2.0**-8, 2.0**-133, 80),
+}
+DTYPES = tuple(ELEMENTS)
+DTYPE_CHOICES = ", ".join(DTYPES)
 LAYOUTS = ("row",)
 INT32_MAX = 2**31 - 1  # kernels index A (M*K), B (K*N) and C (M*N) with 32-bit integers
 SHAPE_HELP = "a positive size like 4096 or MxNxK like 4096x4096x1024"
@@ -39,9 +79,14 @@ class GemmProblem:
         if not fits_int32(self.m, self.n, self.k):
             raise InputError("shape", self.shape, SIZE_HELP)
         if self.dtype not in DTYPES:
-            raise InputError("--dtype", self.dtype, " or ".join(DTYPES))
+            raise InputError("--dtype", self.dtype, DTYPE_CHOICES)
         if self.layout not in LAYOUTS:
             raise InputError("layout", self.layout, " or ".join(LAYOUTS))
+
+    @property
+    def element(self) -> ElementType:
+        """What its dtype is: storage, CUDA names, tolerance (:data:`ELEMENTS`)."""
+        return ELEMENTS[self.dtype]
 
     @property
     def flops(self) -> int:
@@ -83,7 +128,22 @@ def _clipped(text: str, length: int = 40) -> str:
 
 def make_problem(shape: str, dtype: str, alpha: float = 1.0, beta: float = 0.0) -> GemmProblem:
     """Build a problem from CLI text, with errors that name the bad value."""
-    if dtype not in DTYPES:
-        raise InputError("--dtype", dtype, " or ".join(DTYPES))
+    check_dtype(dtype)
     m, n, k = parse_shape(shape)
     return GemmProblem(m, n, k, dtype=dtype, alpha=alpha, beta=beta)
+
+
+def check_dtype(dtype: object, what: str = "--dtype") -> str:
+    """``dtype`` if it is one of DTYPES; InputError naming it and the valid ones otherwise."""
+    if not isinstance(dtype, str) or dtype not in ELEMENTS:
+        raise InputError(what, dtype, DTYPE_CHOICES)
+    return dtype
+
+
+def dtype_runs_on(dtype: str, arch: int, gpu_key: str) -> None:
+    """InputError where GPU ``gpu_key`` (compute capability ``arch``, sm_XY as XY) has no kernels for
+    ``dtype`` (bf16 needs sm_80): the message names the dtype and those the GPU takes."""
+    if arch < ELEMENTS[dtype].min_arch:
+        takes = ", ".join(name for name, element in ELEMENTS.items() if arch >= element.min_arch)
+        raise InputError("--dtype", dtype, f"{takes} on {gpu_key} (sm_{arch}; {dtype} needs "
+                                           f"sm_{ELEMENTS[dtype].min_arch} or newer)")

@@ -41,6 +41,16 @@
 #                                       both sweeps are complete (SWEEP_TRIALS per shape, default 20;
 #                                       SWEEP_TOP, default 3; SWEEP_TIMEOUT=S stops each sweep command
 #                                       after S seconds: run the mode again with the same $DB to go on)
+#   bench/h200.sh bf16                  a first bf16 table from the shipped fp16 results: imports tuned_db/h200.jsonl,
+#                                       then `autotune cross-dtype --dtype bf16 --from-dtype f16`: each shipped f16
+#                                       shape's BF16_TOP (default 3) fastest configs built for bf16, verified and timed
+#                                       there with cuBLAS bf16 (56 shapes, 168 candidates of 47 distinct configs,
+#                                       compiled on the 16 CPUs in about 15 s, and 56 cuBLAS runs: an estimated 2-3
+#                                       minutes of the H200, not measured yet; BF16_TIMEOUT=S stops it after S seconds,
+#                                       run again with the same $DB to go on); then `autotune table --dtype bf16`
+#                                       (text and JSON) and the H200's results, bf16 included, as $OUT/h200.jsonl
+#                                       (copy it over tuned_db/h200.jsonl and run `python -m autotune.cli.prebuilt`
+#                                       to ship the bf16 table)
 #   bench/h200.sh shared [DEVICES]      searches sharing one study on a throwaway PostgreSQL server, one
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
@@ -176,6 +186,15 @@ while [ $# -gt 0 ]; do
             tail -25 "$OUT/table_${dtype}.txt"
         done
         ;;
+    bf16)
+        python3 -m autotune results import tuned_db/h200.jsonl --db "$DB" 2>&1 | tee -a "$OUT/bf16.log" || status=1
+        python3 -m autotune cross-dtype --gpu h200 --dtype bf16 --from-dtype f16 --top "${BF16_TOP:-3}" --db "$DB" \
+            ${BF16_TIMEOUT:+--timeout "$BF16_TIMEOUT"} 2>&1 | tee -a "$OUT/bf16.log" || status=1
+        python3 -m autotune table --gpu h200 --dtype bf16 --db "$DB" > "$OUT/table_bf16.txt" 2>&1 || status=1
+        python3 -m autotune table --gpu h200 --dtype bf16 --db "$DB" --json > "$OUT/table_bf16.json" 2>> "$OUT/bf16.log" || status=1
+        python3 -m autotune results export --gpu h200 --db "$DB" > "$OUT/h200.jsonl" 2>> "$OUT/bf16.log" || status=1
+        tail -25 "$OUT/table_bf16.txt"
+        ;;
     shared)
         devices=0,0
         if [ $# -gt 0 ] && [[ $1 =~ ^[0-9,]+$ ]]; then devices=$1; shift; fi
@@ -222,7 +241,7 @@ for name, file in (("llm", "gemv_shapes.txt"), ("llm-held-out", "gemv_held_out.t
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., shared [DEVICES], compilers [CONFIG...], gemv, brute-force [NAME], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
         ;;
     esac
 done

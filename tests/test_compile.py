@@ -181,6 +181,24 @@ def test_hgemm_spaces_compile_offline(family, gpu, pool):
     assert all(not c.as_dict().get("CP_ASYNC") for c in configs) or spec.has_cp_async
 
 
+@pytest.mark.parametrize("family", ["hgemm_wgmma", "hgemm_mma", "hgemm_wmma"])
+def test_bf16_seeds_of_every_tensor_core_family_compile_for_sm90_without_spills(family, pool):
+    """Each family's seeds built for bf16 (the same template, __nv_bfloat16 and .bf16 PTX operands): NVRTC
+    compiles them for sm_90 (sm_90a for wgmma) with no spills and the shared memory the space file counts."""
+    spec, space = gpu_spec("h200"), load_space(family, "bf16")
+    seeds = [seed for seed in space.seeds if space.check(seed, spec).feasible]
+    assert len(seeds) == len(space.seeds) > 0
+    sources = [render(space, seed, spec) for seed in seeds]
+    assert all(source.target == ("sm_90a" if family == "hgemm_wgmma" else "sm_90") for source in sources)
+    for seed, source, compiled in zip(seeds, sources, pool.map(sources)):
+        assert seed.name.endswith("_bf16") and f"{seed.name}(" in source.code and "__nv_bfloat16" in source.code
+        assert not isinstance(compiled, CompileFailure), f"{seed.name}: {compiled.message}"
+        assert compiled.resources.spill_stores == compiled.resources.spill_loads == 0, seed.name
+        assert 0 < compiled.resources.registers <= 255
+        if not seed["SMEM_OPT_IN"] and "SMEM_BYTES" in space.values(seed, spec):
+            assert compiled.resources.smem_static == space.values(seed, spec)["SMEM_BYTES"], seed.name
+
+
 def test_tensor_core_families_in_order_of_preference():
     from autotune.space.family import families_for_dtype
 

@@ -262,9 +262,10 @@ A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, CUDA_ERROR = 0, 1, 2, 6
 OP_N, OP_T = 0, 1
-FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
-EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex"}
-GEMMS = {"f32": "cublasSgemm_v2", "f16": "cublasGemmEx"}
+FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm", "bf16": "autotune_bgemm"}
+EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex", "bf16": "autotune_bgemm_ex"}
+GEMMS = {"f32": "cublasSgemm_v2", "f16": "cublasGemmEx", "bf16": "cublasGemmEx"}
+GEMM_EX_TYPES = {"f16": 2, "bf16": 14}  # cudaDataType: CUDA_R_16F, CUDA_R_16BF
 CUBLAS_CALLS = ("cublasCreate_v2", "cublasSetStream_v2", "cublasSgemm_v2", "cublasGemmEx")
 
 
@@ -284,7 +285,7 @@ def _seed(family: str, **knobs: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=1)
 def _library_table() -> KernelTable:
-    """f32 and f16 kernels of the shipped families (one built for whole tiles, TMA ones) on LLM-like and square
+    """f32, f16 and bf16 kernels of the shipped families (one built for whole tiles, TMA ones) on LLM-like and square
     rules, cuBLAS from 25% faster to 25% slower than the rule's kernel, or not measured."""
     gpu = spec_for_arch("sm_90", "h200")
     rng = random.Random(5)
@@ -308,11 +309,14 @@ def _library_table() -> KernelTable:
         table_kernel("sgemm", _seed("sgemm", SMEM_OPT_IN=1), gpu))}, gpu)
     f16 = [table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu),
            table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=1, CLUSTER_M=1), gpu)]
+    bf16 = [table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu, "bf16"),
+            table_kernel("hgemm_mma", load_space("hgemm_mma").seeds[0].as_dict(), gpu, "bf16")]
     llm = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)) for m in (1, 16, 128, 1024, 4096)]
     squares = [(s, s, s) for s in (256, 1024, 2048, 4096, 8192)]
     table = KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), created_at="2026-12-01", source="tests",
                         dtypes={"f32": dtype_table(list(f32.values()), llm + squares),
-                                "f16": dtype_table(f16, squares + llm[::2])})
+                                "f16": dtype_table(f16, squares + llm[::2]),
+                                "bf16": dtype_table(bf16, squares[1::2] + llm[1::2])})
     cubin = _empty_elf()
     return dataclasses.replace(table, dtypes={
         name: dataclasses.replace(dtype, kernels=tuple(dataclasses.replace(k, cubin=cubin) for k in dtype.kernels))
@@ -474,7 +478,7 @@ def _picked_shapes(table: KernelTable, dtype: str, cublas: bool, count: int) -> 
 
 
 @needs_compilers
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapped(exported, stand_ins, tmp_path,
                                                                                      dtype):
     table, _, library = exported
@@ -502,8 +506,9 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
             assert gemms == [f"cublasSgemm_v2 handle 256 op 0 0 m {n} n {m} k {k} alpha 1.5 A {B} lda {n} B {A} "
                              f"ldb {k} beta -0.5 C {C} ldc {n}"]
         else:
-            assert gemms == [f"cublasGemmEx handle 256 op 0 0 m {n} n {m} k {k} alpha 1.5 A {B} type 2 lda {n} "
-                             f"B {A} type 2 ldb {k} beta -0.5 C {C} type 2 ldc {n} compute 68 algo -1"]
+            kind = GEMM_EX_TYPES[dtype]
+            assert gemms == [f"cublasGemmEx handle 256 op 0 0 m {n} n {m} k {k} alpha 1.5 A {B} type {kind} lda {n} "
+                             f"B {A} type {kind} ldb {k} beta -0.5 C {C} type {kind} ldc {n} compute 68 algo -1"]
         assert lines.index(gemms[0]) > lines.index(f"cublasSetStream_v2 handle 256 stream {STREAM}")
 
 
@@ -606,7 +611,7 @@ def _row_major_gemm(transa, transb, m, n, k, lda, ldb, ldc, alpha, beta, memory)
 
 
 @needs_compilers
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_each_ex_layout_is_the_cublas_gemm_of_the_transposed_product(exported, stand_ins, tmp_path, dtype):
     """Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first with transb and
     ldb, then A with transa and lda, m and n swapped; checked both as the logged arguments and by running
@@ -623,10 +628,10 @@ def test_each_ex_layout_is_the_cublas_gemm_of_the_transposed_product(exported, s
     assert all(not any(line.startswith("cuLaunchKernel") for line in lines) for lines in logged)
     rng = numpy.random.default_rng(7)
     for (ta, tb, (lda, ldb, ldc)), lines in zip(cases, gemms):
-        fields = (f"op {tb} {ta} m {n} n {m} k {k} alpha 1.5 A {B}" + (" type 2" if dtype == "f16" else "") +
-                  f" lda {ldb} B {A}" + (" type 2" if dtype == "f16" else "") + f" ldb {lda} beta -0.5 C {C}" +
-                  (" type 2" if dtype == "f16" else "") + f" ldc {ldc}")
-        tail = " compute 68 algo -1" if dtype == "f16" else ""
+        kind = f" type {GEMM_EX_TYPES[dtype]}" if dtype in GEMM_EX_TYPES else ""
+        fields = (f"op {tb} {ta} m {n} n {m} k {k} alpha 1.5 A {B}{kind} lda {ldb} B {A}{kind} ldb {lda} beta -0.5 "
+                  f"C {C}{kind} ldc {ldc}")
+        tail = " compute 68 algo -1" if dtype in GEMM_EX_TYPES else ""
         assert lines == [f"{GEMMS[dtype]} handle 256 {fields}{tail}"], (ta, tb, lda, ldb, ldc)
         memory = {address: rng.standard_normal(256) for address in (A, B, C)}
         expected = _row_major_gemm(ta, tb, m, n, k, lda, ldb, ldc, 1.5, -0.5, memory)
@@ -635,7 +640,7 @@ def test_each_ex_layout_is_the_cublas_gemm_of_the_transposed_product(exported, s
 
 
 @needs_compilers
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_the_kernels_layout_goes_the_way_of_the_plain_function(exported, stand_ins, tmp_path, dtype):
     """transa = transb = N with lda = k, ldb = n, ldc = n: the same driver and cuBLAS calls as autotune_sgemm
     (autotune_hgemm) makes, the kernel's launch included, where it runs the kernel and where cuBLAS."""

@@ -217,7 +217,7 @@ def test_the_family_is_the_one_named_or_the_best_the_gpu_can_run():
     from autotune.search.start import choose_family
 
     assert choose_family(str(TINY), "f32", H200).family == "tiny"
-    with pytest.raises(InputError, match="--family .*a family for f16 \\(tiny is f32\\)"):
+    with pytest.raises(InputError, match="--family .*a family for f16 \\(tiny serves f32\\)"):
         choose_family(str(TINY), "f16", H200)
     with pytest.raises(InputError, match="--dtype 'f8'"):
         choose_family(None, "f8", H200)

@@ -73,8 +73,8 @@ def test_export_refuses_what_it_cannot_serve(tmp_path):
     assert_one_line_error(autotune("export", "--gpu", "h100", "--shipped", "--out", str(tmp_path)),
                           "'h100'", "h200", "--arch sm_90")
     assert_one_line_error(autotune("export", "--arch", "sm_99", "--shipped", "--out", str(tmp_path)), "sm_90")
-    assert_one_line_error(autotune("export", "--gpu", "h200", "--dtype", "f32,bf16", "--shipped",
-                                   "--out", str(tmp_path)), "'bf16'")
+    assert_one_line_error(autotune("export", "--gpu", "h200", "--dtype", "f32,f64", "--shipped",
+                                   "--out", str(tmp_path)), "'f64'", "f32, f16, bf16")
     assert_one_line_error(autotune("export", "--gpu", "h200", "--format", "zip", "--shipped",
                                    "--out", str(tmp_path)), "'zip'", "cuda")
     assert list(tmp_path.iterdir()) == []

@@ -51,10 +51,11 @@ A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
 OP_N, OP_T = 0, 1
-FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
-EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex"}
+FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm", "bf16": "autotune_bgemm"}
+EX_FUNCTIONS = {"f32": "autotune_sgemm_ex", "f16": "autotune_hgemm_ex", "bf16": "autotune_bgemm_ex"}
 NO_CUBLAS = {"AUTOTUNE_GEMM_CUBLAS": "off"}
-ELEMENT_BYTES = {"f32": 4, "f16": 2}
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+DTYPES = list(FUNCTIONS)
 
 pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None,
                                 reason="needs cmake and a C compiler (cc)")
@@ -94,6 +95,11 @@ def _table(with_f16: bool = True) -> KernelTable:
         dtypes["f16"] = DtypeTable((plain, cluster, tma), (
             _rule(1024, 1024, 1024, plain, [tma]), _rule(4096, 4096, 4096, cluster, [plain, tma]),
             _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms)
+        # the same configs built for bf16: kernels of their own (names ending in _bf16)
+        bf16_plain, bf16_tma = (table_kernel("hgemm_wgmma", kernel.params, gpu, "bf16") for kernel in (plain, tma))
+        dtypes["bf16"] = DtypeTable((bf16_plain, bf16_tma), (
+            _rule(1024, 1024, 1024, bf16_tma, [bf16_plain]), _rule(4096, 4096, 4096, bf16_plain, [bf16_tma]),
+            _rule(128, 14336, 4096, bf16_tma, [bf16_plain])), gpu.sms)
     return compile_table(KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
                                      created_at="2026-12-01T00:00:00+00:00", source="tests"))
 
@@ -230,6 +236,8 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
             printf("sgemm_ex %d %s\\n", (int)status, autotune_last_error());
             const char* ex = autotune_kernel_for_ex("f32", AUTOTUNE_OP_N, AUTOTUNE_OP_T, 64, 64, 64, 64, 64, 64);
             printf("%d\\n", ex == NULL);
+            status = autotune_bgemm(64, 64, 64, 1.0f, p, p, 0.0f, p, NULL);
+            printf("bgemm %d %d %s\\n", AUTOTUNE_GEMM_HAS_BGEMM, (int)status, autotune_last_error());
             return 0;
         }}
         """))
@@ -244,6 +252,7 @@ def test_static_build_with_a_c_compiler_alone_installs_and_a_c_project_links_it_
                         "cuBLAS (the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n), and "
                         "cuBLAS is turned off (AUTOTUNE_GEMM_CUBLAS=off)")
     assert lines[4] == "1"
+    assert lines[5] == "bgemm 0 2 autotune_bgemm: this library has no bf16 kernels (it has f32 only)"
 
 
 def test_library_files_and_header_name_the_table(table, tmp_path):
@@ -254,6 +263,7 @@ def test_library_files_and_header_name_the_table(table, tmp_path):
     assert not any(name.endswith(".j2") for name in names)
     header = (tmp_path / "include" / "autotune_gemm.h").read_text()
     assert '#define AUTOTUNE_GEMM_ARCH "sm_90"' in header and "#define AUTOTUNE_GEMM_HAS_HGEMM 1" in header
+    assert "#define AUTOTUNE_GEMM_HAS_BGEMM 1" in header and "autotune_bgemm_ex(" in header
     assert "#include <cuda" not in header
     source = (tmp_path / "src" / "table.c").read_text()
     for dtype in table.dtypes.values():
@@ -281,7 +291,7 @@ def _cublas_loads(library, table) -> bool:
     return library.autotune_kernel_for(b"f32", 1, 1, 1) == b"cublas"
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
     """Inside the tuned range; outside it a call runs cuBLAS where cuBLAS loads."""
     chosen, cublas = set(), _cublas_loads(library, table)
@@ -299,7 +309,7 @@ def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
         assert {whole.name, whole.any_shape} <= {name for name, _ in chosen}
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_the_library_tells_the_tuned_range_as_the_table_does(library, table, dtype):
     for m, n, k in _shapes():
         outside = table.dtypes[dtype].outside(m, n, k)
@@ -323,7 +333,7 @@ def test_ties_go_to_the_larger_tuned_shape_then_the_earlier_rule(library, table)
 
 def test_kernel_for_rejects_bad_dtypes_and_sizes(library):
     assert library.autotune_kernel_for(b"f64", 8, 8, 8) is None
-    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "sgemm" or "hgemm"'
+    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "bf16", "sgemm", "hgemm" or "bgemm"'
     assert library.autotune_kernel_for(None, 8, 8, 8) is None
     assert library.autotune_last_error().startswith(b"dtype = NULL")
     assert library.autotune_kernel_for(b"f16", 8, 0, 8) is None
@@ -345,7 +355,7 @@ def test_kernel_for_rejects_bad_dtypes_and_sizes(library):
     ((8, 8, 8, A + 4, B, C), UNSUPPORTED,
      f"A = {A + 4:#x}: expected a 16-byte aligned address (the tuned kernels need one)"),
 ])
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_bad_arguments_get_their_status_and_one_line(library, dtype, call, status, message):
     m, n, k, a, b, c = call
     assert getattr(library, FUNCTIONS[dtype])(m, n, k, 1.0, a, b, 0.0, c, None) == status
@@ -377,7 +387,7 @@ EX_BAD = [
 
 
 @pytest.mark.parametrize("call, status, message", EX_BAD)
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_bad_arguments_of_the_ex_functions_get_their_status_and_one_line(library, dtype, call, status, message):
     transa, transb, m, n, k, a, lda, b, ldb, c, ldc = call
     assert getattr(library, EX_FUNCTIONS[dtype])(transa, transb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc,
@@ -390,12 +400,12 @@ def test_bad_arguments_of_the_ex_functions_get_their_status_and_one_line(library
 
 
 def test_kernel_for_ex_takes_the_kernels_layout_as_kernel_for_does(library, table):
-    for dtype in ("f32", "f16"):
+    for dtype in DTYPES:
         for m, n, k in [(1000, 1000, 1000), (777, 1333, 555), (4096, 4096, 4096), (1, 1, 1)]:
             expected = library.autotune_kernel_for(dtype.encode(), m, n, k)
             assert library.autotune_kernel_for_ex(dtype.encode(), OP_N, OP_N, m, n, k, k, n, n) == expected
     assert library.autotune_kernel_for_ex(b"f64", OP_N, OP_N, 8, 8, 8, 8, 8, 8) is None
-    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "sgemm" or "hgemm"'
+    assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "bf16", "sgemm", "hgemm" or "bgemm"'
 
 
 def test_without_a_driver_a_call_says_so(library):
@@ -473,7 +483,9 @@ LAUNCHES = [("f32", 1000, 1000, 1000, 1.0, 0.0), ("f32", 4096, 4096, 4096, 1.0, 
             ("f32", 777, 1333, 555, -2.25, 0.5), ("f32", 1000, 1000, 1000, 1.0, 0.5),
             ("f16", 4096, 4096, 4096, 1.0, 0.0), ("f16", 4096, 4100, 4096, 1.0, 0.0),
             ("f16", 4000, 4096, 4100, 0.5, 1.0), ("f16", 130, 14336, 4096, 1.0, 0.0),
-            ("f16", 777, 1333, 555, 1.0, 0.5), ("f16", 4096, 4096, 4096, 1.0, 0.0)]
+            ("f16", 777, 1333, 555, 1.0, 0.5), ("f16", 4096, 4096, 4096, 1.0, 0.0),
+            ("bf16", 4096, 4096, 4096, 1.0, 0.0), ("bf16", 130, 14336, 4096, 1.0, 0.5),
+            ("bf16", 777, 1333, 555, 1.0, 0.0)]
 
 
 def test_launches_follow_the_launch_contract_and_encode_maps_as_tensor_map_py(
@@ -613,7 +625,8 @@ def test_the_gpu_check_program_compiles_against_the_library(request, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, shape", [
     ("f32", (1000, 1000, 1000)), ("f32", (777, 1333, 555)), ("f32", (4096, 4096, 4096)), ("f16", (4096, 4096, 4096)),
-    ("f16", (4096, 4100, 4096)), ("f16", (4000, 4096, 4100)), ("f16", (130, 14336, 4096)), ("f16", (777, 1333, 555))])
+    ("f16", (4096, 4100, 4096)), ("f16", (4000, 4096, 4100)), ("f16", (130, 14336, 4096)), ("f16", (777, 1333, 555)),
+    ("bf16", (4096, 4096, 4096)), ("bf16", (4000, 4096, 4100)), ("bf16", (130, 14336, 4096)), ("bf16", (777, 1333, 555))])
 def test_on_the_gpu_the_library_passes_the_search_verification(library, table, dtype, shape):
     """The library's GEMM checked as a search checks a candidate: NaN-poisoned C, beta 0 and 0.5, every
     element against cuBLAS within measure.error_bound."""

@@ -23,6 +23,7 @@ from autotune.export import prebuilt
 from autotune.export.compile import COMPILING, compile_table
 from autotune.export.shipped import SOURCE, shipped_store
 from autotune.kernel.compile import nvrtc_version
+from autotune.problem import DTYPES
 from autotune.runtime import Runtime, devices, sources
 from autotune.runtime.devices import HostDevice, load_table_kernel
 from autotune.select.kernel_table import KernelTable, TableError
@@ -55,7 +56,8 @@ def test_the_committed_prebuilt_tables_are_the_tables_built_from_the_shipped_res
         assert files == sorted(prebuilt.table_path(scope).name for scope, _ in scopes), REBUILD
         for scope, arch in scopes:
             gpu = None if scope == arch else scope
-            built = dataclasses.replace(build_table(store, ("f32", "f16"), gpu=gpu, arch=arch), source=SOURCE)
+            built = prebuilt.tuned_dtypes(dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch),
+                                                              source=SOURCE))
             current = prebuilt.read_prebuilt(scope)
             assert current is not None, f"{scope}: the prebuilt table is not current; {REBUILD}"
             assert without_cubins(current.table) == without_cubins(built), f"{scope}: {REBUILD}"

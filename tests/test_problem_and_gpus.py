@@ -27,7 +27,7 @@ def test_problem_flops_and_dtype():
     problem = make_problem("2x3x4", "f32")
     assert problem.flops == 48
     assert problem.tflops(1.0) == pytest.approx(48 / 1e-3 / 1e12)
-    with pytest.raises(InputError, match="f64.*f32 or f16"):
+    with pytest.raises(InputError, match="f64.*f32, f16, bf16"):
         make_problem("4096", "f64")
     with pytest.raises(InputError):
         GemmProblem(0, 1, 1)

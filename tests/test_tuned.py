@@ -168,7 +168,7 @@ BAD_VALUES = [
     (("problem", "alpha"), True, "problem.alpha", "a finite number"),
     (("problem", "beta"), None, "problem.beta", "a finite number"),
     (("problem", "beta"), float("inf"), "problem.beta", "a finite number"),
-    (("problem", "dtype"), "f64", "problem.dtype", "f32 or f16"),
+    (("problem", "dtype"), "f64", "problem.dtype", "f32, f16, bf16"),
     (("problem", "m"), 0, "problem.m", "an integer from 1 to 2147483647"),
     (("problem", "k"), 512.5, "problem.k", "an integer from 1"),
     (("problem", "n"), 2**31, "problem.n", "an integer from 1 to 2147483647"),

@@ -13,6 +13,7 @@ from autotune.cli.arguments import (
     requested_gpu,
 )
 from autotune.cli.text import ratio_text, table
+from autotune.errors import InputError
 from autotune.problem import make_problem
 from autotune.records import Measurement
 from autotune.search.start import GpuRequest
@@ -32,9 +33,11 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.search.ladder import climb_attached
+    from autotune.search.ladder import LADDERS, climb_attached
 
     problem = make_problem(args.shape, args.dtype)
+    if problem.dtype not in LADDERS:  # bf16's kernels are the fp16 families': its ladder would be f16's
+        raise InputError("--dtype", problem.dtype, f"a dtype with a ladder: {', '.join(LADDERS)}")
     requested = requested_gpu(args.gpu)
     ladder = climb_attached(GpuRequest(requested, args.gpu, backend=args.backend), problem, args.db, args.repeats)
     env, rungs, cublas = ladder.env, ladder.rungs, ladder.cublas

@@ -60,7 +60,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.dtype not in DTYPES:
-        raise InputError("--dtype", args.dtype, " or ".join(DTYPES))
+        raise InputError("--dtype", args.dtype, ", ".join(DTYPES))
     problems = [make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.shapes)]
     sources = tuple(make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.cross_from)) \
         if args.cross_from else ()

@@ -79,7 +79,7 @@ def _compile_all(kernels: list[TableKernel], gpu: GpuSpec, progress: ProgressCal
 
 def _space(kernel: TableKernel) -> SearchSpace:
     """The family ``kernel`` is built from; TableError where its template is not the one it was built from."""
-    space = load_space(kernel.family)
+    space = load_space(kernel.family, kernel.dtype)
     if space.template_hash != kernel.template_hash:
         raise TableError(f"{kernel.name} was built from template {kernel.template_hash}, but this autotune's "
                          f"{kernel.family} template is {space.template_hash}; export the table again")

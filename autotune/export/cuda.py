@@ -24,11 +24,11 @@ from autotune.export.compile import compile_table
 from autotune.export.files import check_destination, write_files
 from autotune.kernel.cubin import parameter_sizes
 from autotune.kernel_abi import SWIZZLES, argument_bytes
+from autotune.problem import ELEMENTS
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule
 
 LIBRARY_FILES = Path(__file__).resolve().parent / "cuda_library"
-FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm"}
-ELEMENT_BYTES = {"f32": 4, "f16": 2}
+FUNCTIONS = {"f32": "autotune_sgemm", "f16": "autotune_hgemm", "bf16": "autotune_bgemm"}
 MAX_TENSOR_MAPS = 8  # src/launch.c
 _ARCH = re.compile(r"^sm_(\d+)(\d)$")
 _BYTES_PER_LINE = 24
@@ -75,7 +75,7 @@ def library_context(table: KernelTable) -> dict[str, Any]:
         "scope": table.scope, "arch": table.arch, "arch_major": int(match.group(1)), "arch_minor": int(match.group(2)),
         "version": __version__, "created_at": _comment_text(table.created_at), "source": _comment_text(table.source),
         "measured_on": _comment_text(", ".join(table.measured_on)),
-        "has_f32": bool(dtypes[0]["rules"]), "has_f16": bool(dtypes[1]["rules"]),
+        **{f"has_{dtype['name']}": bool(dtype["rules"]) for dtype in dtypes},
         "kernels": [_kernel_context(kernel, index) for kernel in kernels], "dtypes": dtypes,
     }
 
@@ -97,7 +97,9 @@ def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -
     volumes = sorted({rule.m * rule.n * rule.k for rule in dtype.rules}) if dtype else []
     rules = [_rule_context(rule, dtype.goes_to_cublas(rule), volumes, index) for rule in dtype.rules] if dtype else []
     ranges = dtype.served_sizes().values() if rules else []
-    return {"name": name, "function": FUNCTIONS[name], "element_bytes": ELEMENT_BYTES[name],
+    element = ELEMENTS[name]
+    return {"name": name, "function": FUNCTIONS[name], "element_bytes": element.itemsize,
+            "cuda_data_type": element.cuda_data_type,
             "sms": dtype.sms if dtype else 1, "rules": rules,
             "tuned_range": [{"axis": axis, "low": low, "high": high} for axis, (low, high) in zip("mnk", ranges)]}
 

@@ -91,6 +91,12 @@ def inputs(scope: str, arch: str, families: Iterable[str]) -> dict[str, Any]:
     }))
 
 
+def tuned_dtypes(table: KernelTable) -> KernelTable:
+    """``table`` with only the dtypes it has rules for: a prebuilt table holds the dtypes the shipped results
+    tuned (bf16 once bf16 results ship), and a runtime asked for another says the table has none."""
+    return dataclasses.replace(table, dtypes={dtype: t for dtype, t in table.dtypes.items() if t.rules})
+
+
 def read_prebuilt(scope: str, where: Path | None = None) -> Prebuilt | None:
     """The prebuilt table of ``scope`` with its cubins, or None where there is none, it is damaged, or it is
     not current (:func:`inputs`)."""
@@ -184,8 +190,9 @@ def build_prebuilt(progress: ProgressCallback = no_progress, jobs: int | None = 
                     for config in gather(store, key, dtype).configs.values()}
         for scope, arch in scopes(store):
             gpu = None if scope == arch else scope
-            table = dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch, progress=progress), source=SOURCE)
-            if not any(t.rules for t in table.dtypes.values()):
+            table = tuned_dtypes(dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch, progress=progress),
+                                                     source=SOURCE))
+            if not table.dtypes:
                 continue
             record = {"inputs": inputs(scope, arch, families), "gpus": gpus,
                       "ignored": ignored_environments(store, gpu=gpu, arch=None if gpu else arch)}

@@ -105,7 +105,7 @@ class CupyBackend:
         ref, bound = self.cache.reference(problem, task.seed)
 
         def launch(out):
-            self.measure.CublasGemm(operands.a, operands.b, out, problem.alpha, problem.beta)()
+            self.measure.CublasGemm(operands.a, operands.b, out, problem.alpha, problem.beta, problem.element)()
 
         check = self.measure.check(launch, problem, operands, ref, bound)
         if not check.passed:  # the bound is too tight if cuBLAS itself misses it
@@ -117,7 +117,8 @@ class CupyBackend:
     def _cublas_gemm(self, problem: GemmProblem, seed: int):
         """One cuBLAS GEMM of ``problem`` into the cached operands' output buffer."""
         operands = self.cache.operands(problem, seed)
-        return self.measure.CublasGemm(operands.a, operands.b, operands.out, problem.alpha, problem.beta)
+        return self.measure.CublasGemm(operands.a, operands.b, operands.out, problem.alpha, problem.beta,
+                                       problem.element)
 
     # -- energy ----------------------------------------------------------------------
 

@@ -20,15 +20,14 @@ import cupy
 import numpy
 
 from autotune.gpu.race import RaceStage, lost_race
-from autotune.problem import GemmProblem
+from autotune.gpu.storage import fill_nan, narrow, stored_as_bits, widen
+from autotune.problem import ELEMENTS, ElementType, GemmProblem
 from autotune.records import Timing
 
 MIB = 1 << 20
 MIN_FLUSH_BYTES = 256 * MIB
 DEFAULT_TOL_FACTOR = 2.0
 FP32_EPS = 2.0**-23  # machine epsilon of the fp32 accumulation
-FP16_UNIT_ROUNDOFF = 2.0**-11  # one rounding of a result to fp16
-FP16_SUBNORMAL_STEP = 2.0**-24  # spacing of fp16 subnormals: relative rounding does not hold there
 TINY = 1e-30  # keeps the bound positive where every term is zero
 
 # cuBLAS / CUDA ABI values (cublas_api.h, library_types.h).
@@ -36,11 +35,8 @@ _CUBLAS_OP_N = 0
 _CUBLAS_POINTER_MODE_HOST = 0
 _CUBLAS_COMPUTE_32F = 68
 _CUBLAS_GEMM_DEFAULT = -1
-_CUDA_R_32F = 0
-_CUDA_R_16F = 2
-_CUDA_TYPES = {numpy.dtype(numpy.float32): _CUDA_R_32F, numpy.dtype(numpy.float16): _CUDA_R_16F}
-
-_STORAGE = {"f32": numpy.float32, "f16": numpy.float16}
+# Arrays whose numpy dtype says what they hold (not bf16's uint16 bit patterns): their cudaDataType.
+_CUDA_TYPES = {numpy.dtype(e.storage): e.cuda_data_type for e in ELEMENTS.values() if not stored_as_bits(e)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +70,9 @@ class Check:
         return f"max error {self.max_error:.3g}x the bound {where}"
 
 
-def storage_dtype(problem: GemmProblem) -> type:
-    """The NumPy/CuPy element type of A, B and C."""
-    return _STORAGE[problem.dtype]
+def storage_dtype(problem: GemmProblem) -> numpy.dtype:
+    """The NumPy/CuPy element type of A, B and C (uint16 bit patterns for bf16, :mod:`autotune.gpu.storage`)."""
+    return numpy.dtype(problem.element.storage)
 
 
 def make_operands(problem: GemmProblem, seed: int) -> Operands:
@@ -85,7 +81,7 @@ def make_operands(problem: GemmProblem, seed: int) -> Operands:
     rng = cupy.random.RandomState(seed)
 
     def normal(rows: int, cols: int) -> cupy.ndarray:
-        return rng.standard_normal((rows, cols), dtype=cupy.float32).astype(dtype)
+        return narrow(rng.standard_normal((rows, cols), dtype=cupy.float32), problem.element)
 
     a, b, c = normal(problem.m, problem.k), normal(problem.k, problem.n), normal(problem.m, problem.n)
     return Operands(a, b, c, cupy.empty((problem.m, problem.n), dtype=dtype))
@@ -94,17 +90,26 @@ def make_operands(problem: GemmProblem, seed: int) -> Operands:
 class CublasGemm:
     """``c = alpha * a @ b + beta * c`` (row-major) as one cuBLAS ``gemmEx`` call.
 
-    fp32 and fp16 storage, fp32 compute (no TF32). Arguments are prepared once so
-    a call costs the host little; the call is enqueued on the current stream.
+    fp32, fp16 and bf16 storage, fp32 compute (no TF32). Arguments are prepared once so
+    a call costs the host little; the call is enqueued on the current stream. ``element``
+    says what the arrays hold where their dtype does not (bf16 as uint16 bit patterns).
     """
 
-    def __init__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray, alpha: float, beta: float):
+    def __init__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray, alpha: float, beta: float,
+                 element: ElementType | None = None):
         m, k = a.shape
         n = b.shape[1]
         if b.shape[0] != k or c.shape != (m, n):
             raise ValueError(f"shapes do not chain: {a.shape} @ {b.shape} -> {c.shape}")
-        if not (a.dtype == b.dtype == c.dtype and a.dtype in _CUDA_TYPES):
-            raise ValueError(f"dtypes {a.dtype}, {b.dtype}, {c.dtype}: need one of float32, float16")
+        if element is not None and a.dtype == numpy.dtype(element.storage):
+            cuda_type = element.cuda_data_type
+        elif element is None and a.dtype in _CUDA_TYPES:
+            cuda_type = _CUDA_TYPES[a.dtype]
+        else:
+            raise ValueError(f"dtypes {a.dtype}, {b.dtype}, {c.dtype}: need one of float32, float16, or bf16 bits "
+                             "(uint16) with its element type")
+        if not a.dtype == b.dtype == c.dtype:
+            raise ValueError(f"dtypes {a.dtype}, {b.dtype}, {c.dtype}: need one dtype for a, b and c")
         if not all(x.flags.c_contiguous for x in (a, b, c)):
             raise ValueError("operands must be C-contiguous")
         from cupy_backends.cuda.libs import cublas
@@ -113,7 +118,6 @@ class CublasGemm:
         self._keep = (a, b, c)
         self._scalars = numpy.array([alpha, beta], dtype=numpy.float32)
         alpha_ptr = self._scalars.ctypes.data
-        cuda_type = _CUDA_TYPES[a.dtype]
         # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, ld = row length.
         self._args = (
             _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k,
@@ -130,10 +134,10 @@ class CublasGemm:
 
 
 def reference(problem: GemmProblem, operands: Operands) -> cupy.ndarray:
-    """``alpha * A @ B + beta * C_init`` by cuBLAS in fp32 (fp16 inputs widened first)."""
-    a = operands.a.astype(cupy.float32, copy=False)
-    b = operands.b.astype(cupy.float32, copy=False)
-    ref = operands.c_init.astype(cupy.float32)  # always a copy: cuBLAS writes it
+    """``alpha * A @ B + beta * C_init`` by cuBLAS in fp32 (fp16 and bf16 inputs widened first, exactly)."""
+    a = widen(operands.a, problem.element)
+    b = widen(operands.b, problem.element)
+    ref = widen(operands.c_init, problem.element).copy()  # always a copy: cuBLAS writes it
     CublasGemm(a, b, ref, problem.alpha, problem.beta)()
     return ref
 
@@ -144,21 +148,23 @@ def error_bound(
     """Elementwise tolerance for ``|out - ref|``; scales with K.
 
     ``tol * K * 2^-23 * (|alpha| (|A| @ |B|) + |beta| |C|)`` covers any fp32
-    summation order (worst case), plus ``tol * 2^-11 * (|ref| + |beta C|)`` for
-    fp16 output: one rounding of the result, or of each epilogue term when the
-    epilogue runs in half precision, and ``tol * 2^-24`` for results that round
-    to fp16 subnormals, where one rounding step is absolute. Accumulation is fp32 for both dtypes
-    (see :class:`~autotune.problem.GemmProblem`); a fp16-accumulating kernel fails.
+    summation order (worst case), plus ``tol * u * (|ref| + |beta C|)`` for a 16-bit
+    output of unit roundoff ``u`` (fp16 2^-11, bf16 2^-8: :data:`~autotune.problem.ELEMENTS`):
+    one rounding of the result, or of each epilogue term when the epilogue runs in the
+    element type, and ``tol`` times its subnormal spacing for results that round to
+    subnormals, where one rounding step is absolute. Accumulation is fp32 for every dtype
+    (see :class:`~autotune.problem.GemmProblem`); a kernel accumulating in 16 bits fails.
     """
-    abs_a = cupy.abs(operands.a.astype(cupy.float32))
-    abs_b = cupy.abs(operands.b.astype(cupy.float32))
-    abs_c = cupy.abs(operands.c_init.astype(cupy.float32))
+    element = problem.element
+    abs_a = cupy.abs(widen(operands.a, element))
+    abs_b = cupy.abs(widen(operands.b, element))
+    abs_c = cupy.abs(widen(operands.c_init, element))
     scale = abs(problem.beta) * abs_c
     CublasGemm(abs_a, abs_b, scale, abs(problem.alpha), 1.0)()
     bound = (tol_factor * problem.k * FP32_EPS) * scale
-    if problem.dtype == "f16":
-        bound += (tol_factor * FP16_UNIT_ROUNDOFF) * (cupy.abs(ref) + abs(problem.beta) * abs_c)
-        bound += tol_factor * FP16_SUBNORMAL_STEP  # below 2^-14 the rounding step is absolute
+    if element.unit_roundoff:
+        bound += (tol_factor * element.unit_roundoff) * (cupy.abs(ref) + abs(problem.beta) * abs_c)
+        bound += tol_factor * element.subnormal_step  # among subnormals the rounding step is absolute
     bound += TINY
     return bound
 
@@ -176,12 +182,13 @@ def check(
     the output stays NaN, so a kernel that reads C then fails.
     """
     out = operands.out
-    out.fill(numpy.nan)
+    fill_nan(out, problem.element)
     if problem.beta != 0:
         cupy.copyto(out, operands.c_init)
     launch(out)
     cupy.cuda.get_current_stream().synchronize()
-    ratio = cupy.abs(out.astype(cupy.float32) - ref) / bound
+    values = widen(out, problem.element)
+    ratio = cupy.abs(values - ref) / bound
     ratio = cupy.where(cupy.isnan(ratio), cupy.inf, ratio).ravel()
     worst = int(cupy.argmax(ratio))
     row, col = divmod(worst, problem.n)
@@ -189,7 +196,7 @@ def check(
         max_error=float(ratio[worst]),
         row=row,
         col=col,
-        got=float(out.ravel()[worst]),
+        got=float(values.ravel()[worst]),
         want=float(ref.ravel()[worst]),
     )
 

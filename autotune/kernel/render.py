@@ -82,7 +82,9 @@ def _environment(template_dir: str) -> jinja2.Environment:
 
 
 def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
-    """Render ``config``; every template variable must be a knob or derived integer.
+    """Render ``config`` for the dtype of ``space`` (:meth:`~autotune.space.family.SearchSpace.for_dtype`);
+    every template variable must be a knob or derived integer, or one of the strings naming the element
+    type (:meth:`~autotune.space.family.SearchSpace.element_variables`: ``ELEMENT``, ``ELEMENT_PTX``, ...).
 
     A shipped family renders here; a user's family in the render process, under its deadline and
     memory limit (:mod:`autotune.kernel.render_process`). Either way the source is at most
@@ -98,7 +100,7 @@ def render(space: SearchSpace, config: Config, gpu: GpuSpec) -> KernelSource:
     if not config.name.isidentifier():
         raise SpaceError(f"{config.name!r} is not a kernel name (family and knob names are identifiers)")
     values = space.values(config, gpu)
-    variables: dict[str, int | str] = {"NAME": config.name}
+    variables: dict[str, int | str] = {**space.element_variables(), "NAME": config.name}
     for name, value in values.items():
         if name in ("gpu", "problem"):
             continue

@@ -234,7 +234,7 @@ class _Line:
         optional = _V1_OPTIONAL if version == 1 else frozenset()
         self._fields(data, "", fields, optional)
         environment, problem = self._environment(data), self._problem(data)
-        kernel = self._kernel(data)
+        kernel = self._kernel(data, problem.dtype)
         measurement = Measurement(
             timing=self._timing(data["timing_ms"]),
             tflops=self.number(data, "tflops", above=0.0),
@@ -261,7 +261,8 @@ class _Line:
         message = data["message"]
         if not isinstance(message, str):
             self.fail("message", message, "a string")
-        return FailureEntry(self._environment(data), self._problem(data), self._kernel(data),
+        environment, problem = self._environment(data), self._problem(data)
+        return FailureEntry(environment, problem, self._kernel(data, problem.dtype),
                             Failure(failure_class, message),
                             self.text(data, "study", MeasurementRow.__table__.c.study, optional=True),
                             self.time(data, "failed_at"))
@@ -297,12 +298,12 @@ class _Line:
         sizes = [self.integer(value, axis, least=1, prefix="problem.") for axis in ("m", "n", "k")]
         for name, choices in (("dtype", DTYPES), ("layout", LAYOUTS)):
             if value[name] not in choices:
-                self.fail(f"problem.{name}", value[name], " or ".join(choices))
+                self.fail(f"problem.{name}", value[name], ", ".join(choices))
         return GemmProblem(*sizes, dtype=value["dtype"], layout=value["layout"],
                            alpha=self.number(value, "alpha", prefix="problem."),
                            beta=self.number(value, "beta", prefix="problem."))
 
-    def _kernel(self, data: dict) -> KernelRef | None:
+    def _kernel(self, data: dict, dtype: str) -> KernelRef | None:
         family, params, template_hash = (data.get(name) for name in _KERNEL_FIELDS)
         if family is None:
             for name in ("params", "template_hash"):
@@ -315,6 +316,9 @@ class _Line:
             space = load_space(family)
         except InputError as error:
             self.fail("family", family, f"a kernel family: {error.valid}")
+        if dtype not in space.dtypes:
+            self.fail("problem.dtype", dtype, f"a dtype {family} serves: {', '.join(space.dtypes)}")
+        space = space.for_dtype(dtype)
         if not isinstance(params, dict):
             self.fail("params", params, f"an object of {family} knob values")
         for knob, knob_value in params.items():

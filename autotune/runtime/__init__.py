@@ -282,7 +282,7 @@ def runtime_for(device_index: int) -> Runtime:
 def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
     """``out = alpha * a @ b + beta * out`` on the GPU that holds ``a``, with the tuned kernel for its shape.
 
-    a (m x k) and b (k x n) are 2-D GPU arrays of one dtype; float32 and float16
+    a (m x k) and b (k x n) are 2-D GPU arrays of one dtype; float32, float16 and (PyTorch) bfloat16
     run tuned kernels where the table has them, anything else runs on cuBLAS.
     Returns ``out``, or a new m x n array (a tensor for PyTorch inputs).
 

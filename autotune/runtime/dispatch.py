@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from autotune.errors import InputError
-from autotune.runtime.operands import Operand
+from autotune.runtime.operands import TAKEN, Operand
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableKernel, TablePick, TableRule
 
 INT32_MAX = 2**31 - 1
@@ -85,7 +85,7 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
         return fallback(f"the dtypes differ ({a.dtype_name}, {b.dtype_name}, {c.dtype_name}); tuned kernels take "
                         "one dtype for a, b and out")
     if dtype is None:
-        return fallback(f"no tuned kernel takes {a.dtype_name} (float32 and float16 do)")
+        return fallback(f"no tuned kernel takes {a.dtype_name} ({TAKEN} do)")
     for name, operand in (("a", a), ("b", b), ("out", c)):
         if not operand.row_major:
             return fallback(f"{name} is not C-contiguous (row-major); tuned kernels take row-major matrices")

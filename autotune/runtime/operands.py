@@ -13,7 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy
 
-_DTYPES = {numpy.dtype(numpy.float32): "f32", numpy.dtype(numpy.float16): "f16"}
+from autotune.problem import ELEMENTS
+
+# The dtype of an array's element type, by its name: float32 -> f32, float16 -> f16, bfloat16 -> bf16 (a
+# PyTorch tensor; CuPy and NumPy have no bfloat16, and bf16 bit patterns in uint16 are not taken for it).
+_DTYPES = {element.array_dtype: name for name, element in ELEMENTS.items()}
+TAKEN = ", ".join(element.array_dtype for element in ELEMENTS.values())  # for messages
 
 
 class Operand(NamedTuple):
@@ -28,8 +33,8 @@ class Operand(NamedTuple):
 
     @property
     def dtype(self) -> str | None:
-        """``"f32"`` or ``"f16"``; None for a dtype no tuned kernel takes."""
-        return _DTYPES.get(self.element)
+        """``"f32"``, ``"f16"`` or ``"bf16"``; None for a dtype no tuned kernel takes."""
+        return _DTYPES.get(self.dtype_name)
 
     @property
     def dtype_name(self) -> str:

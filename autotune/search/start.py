@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from autotune.errors import GpuMismatchError, InputError
 from autotune.gpu_specs import FAKE_SUFFIX, GPUS, GpuSpec, spec_from_properties
-from autotune.problem import GemmProblem
+from autotune.problem import GemmProblem, check_dtype, dtype_runs_on
 from autotune.records import Environment
 from autotune.search.draws import FeasibleDraws, Opening, opening_size, stream_seed
 from autotune.search.objective import make_objective
@@ -216,18 +216,20 @@ def choose_family(family: str | None, dtype: str, gpu: GpuSpec) -> SearchSpace:
     """``family`` (a shipped family's name or the path of a space file, see
     :func:`~autotune.space.family.resolve_family`), which must be one for ``dtype``; or the
     highest-priority family for ``dtype`` that can run on ``gpu``."""
+    check_dtype(dtype)
+    dtype_runs_on(dtype, gpu.arch, gpu.key)
     if family:
         space = resolve_family(family)
-        if space.dtype != dtype:
-            raise InputError("--family", family, f"a family for {dtype} ({space.family} is {space.dtype}): "
-                             + ", ".join(families_for_dtype(dtype)))
-        return space
+        if dtype not in space.dtypes:
+            raise InputError("--family", family, f"a family for {dtype} ({space.family} serves "
+                             f"{', '.join(space.dtypes)}): " + ", ".join(families_for_dtype(dtype)))
+        return space.for_dtype(dtype)
     families = families_for_dtype(dtype)
     if not families:
         raise InputError("--dtype", dtype, "a dtype with a search space: "
-                         + ", ".join(sorted({load_space(f).dtype for f in shipped_families()})))
+                         + ", ".join(sorted({d for f in shipped_families() for d in load_space(f).dtypes})))
     for name in families:
-        space = load_space(name)
+        space = load_space(name, dtype)
         if survey(space, gpu, limit=1).feasible:
             return space
-    return load_space(families[0])
+    return load_space(families[0], dtype)

@@ -74,6 +74,14 @@ class TableKernel:
     resources: Resources | None = None
     cubin: bytes | None = None
     any_shape: str | None = None  # a build for some shapes only: the table's build of it for any shape
+    # The dtype it is built for where that is not its family's first (bf16 of an fp16 family), as
+    # :attr:`~autotune.space.family.Config.other_dtype`; empty for the first.
+    other_dtype: str = ""
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype it is built for: :attr:`other_dtype`, or None for its family's first."""
+        return self.other_dtype or None
 
     def to_dict(self, with_cubin: bool) -> dict[str, Any]:
         data = {
@@ -82,6 +90,8 @@ class TableKernel:
             "resources": dataclasses.asdict(self.resources) if self.resources else None,
             "any_shape": self.any_shape,
         }
+        if self.other_dtype:
+            data["other_dtype"] = self.other_dtype
         if with_cubin and self.cubin is not None:
             data["cubin_base64"] = base64.b64encode(self.cubin).decode()
         return data
@@ -97,7 +107,14 @@ class TableKernel:
                    params={str(k): int(v) for k, v in data["params"].items()},
                    template_hash=str(data["template_hash"]), launch=LaunchContract.from_dict(data["launch"]),
                    resources=Resources(**data["resources"]) if data.get("resources") else None, cubin=cubin,
-                   any_shape=str(data["any_shape"]) if data.get("any_shape") else None)
+                   any_shape=str(data["any_shape"]) if data.get("any_shape") else None,
+                   other_dtype=_other_dtype(data.get("other_dtype", "")))
+
+
+def _other_dtype(value: object) -> str:
+    if value != "" and value not in DTYPES:
+        raise ValueError(f"other_dtype {value!r} (expected one of {', '.join(DTYPES)}, or none)")
+    return str(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,11 +44,12 @@ Shape = tuple[int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class MeasuredConfig:
-    """A config with recorded measurements: its name, family and knob values."""
+    """A config with recorded measurements: its name, family, knob values and the dtype it was measured in."""
 
     name: str
     family: str
     params: dict[str, int]
+    dtype: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +116,8 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
                 if arch is not None and row.arch != arch:
                     continue
                 _check_times(row, problem)
-                configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params))
+                configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params,
+                                                                             dtype))
                 if row.config_name not in ms or row.median_ms < ms[row.config_name]:
                     ms[row.config_name], measured_on[row.config_name] = row.median_ms, row.gpu_name
                 cublas.append((row.median_ms, row.cublas_median_ms))
@@ -164,15 +166,16 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -
     return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms)
 
 
-def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec) -> TableKernel:
-    """A table kernel for a recorded config (the family must be one autotune ships); a build for some
-    shapes only names its build for any shape (:func:`with_builds_for_any_shape` adds that one)."""
-    space = load_space(family)
+def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str | None = None) -> TableKernel:
+    """A table kernel for a recorded config of ``dtype`` (by default its family's first; the family must be
+    one autotune ships); a build for some shapes only names its build for any shape
+    (:func:`with_builds_for_any_shape` adds that one)."""
+    space = load_space(family, dtype)
     config = space.config(params)
     launch = contract_for(space, config, gpu)
     any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
     return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
-                       launch=launch, any_shape=any_shape)
+                       launch=launch, any_shape=any_shape, other_dtype=space.other_dtype)
 
 
 def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> dict[str, TableKernel]:
@@ -181,22 +184,23 @@ def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> 
     twins = {}
     for kernel in kernels.values():
         if kernel.any_shape and kernel.any_shape not in kernels:
-            space = load_space(kernel.family)
+            space = load_space(kernel.family, kernel.dtype)
             twin = space.for_any_problem(space.config(kernel.params))
-            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu)
+            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu, kernel.dtype)
     return {**kernels, **twins}
 
 
 def _table_kernel(config: MeasuredConfig, gpu: GpuSpec) -> TableKernel | None:
     """The table kernel of a measured config, or None where autotune cannot build it for ``gpu`` (its
     family does not ship or no longer takes its knob values, or names them otherwise)."""
-    return _table_kernel_of(config.name, config.family, tuple(sorted(config.params.items())), gpu)
+    return _table_kernel_of(config.name, config.family, tuple(sorted(config.params.items())), gpu, config.dtype)
 
 
 @functools.lru_cache(maxsize=4096)
-def _table_kernel_of(name: str, family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec) -> TableKernel | None:
+def _table_kernel_of(name: str, family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec,
+                     dtype: str) -> TableKernel | None:
     try:
-        kernel = table_kernel(family, dict(params), gpu)
+        kernel = table_kernel(family, dict(params), gpu, dtype)
     except AutotuneError:
         return None
     return kernel if kernel.name == name else None

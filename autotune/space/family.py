@@ -33,6 +33,7 @@ default per-block limit (48 KB) only when it opts in to dynamic shared memory
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -54,7 +55,7 @@ from autotune.errors import InputError, SpaceError
 from autotune.expression import Expression, Reason, check_name
 from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel_abi import OPERANDS, TensorMapSpec
-from autotune.problem import DTYPES, GemmProblem
+from autotune.problem import DTYPES, ELEMENTS, GemmProblem
 
 KB = 1024
 
@@ -68,10 +69,14 @@ class Config:
 
     family: str
     params: tuple[tuple[str, int], ...]  # (knob, value) in the space file's knob order
+    # The dtype it is built for where its family serves several and this is not the first (bf16 of an
+    # fp16 family); empty for the first. A kernel of another dtype is another kernel: its name ends in it.
+    other_dtype: str = ""
 
     @property
     def name(self) -> str:
-        return self.family + "_" + "_".join(f"{knob.lower()}{value}" for knob, value in self.params)
+        knobs = "_".join(f"{knob.lower()}{value}" for knob, value in self.params)
+        return f"{self.family}_{knobs}" + (f"_{self.other_dtype}" if self.other_dtype else "")
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.params)
@@ -178,6 +183,7 @@ class SearchSpace:
 
     def __init__(self, path: Path, templates: Path | None = None):
         self.path = Path(path)
+        self._for_dtype: dict[str, SearchSpace] = {}  # this family's spaces for its other dtypes, made once
         try:
             text = self.path.read_text()
             data = tomllib.loads(text)
@@ -225,9 +231,8 @@ class SearchSpace:
 
     def _read_header(self, data: dict, where: str, templates: Path | None) -> None:
         self.family: str = check_name("family", data["family"], where)
-        self.dtype: str = data["dtype"]
-        if self.dtype not in DTYPES:
-            raise SpaceError(f"{where}: dtype {_shown(self.dtype)}: expected one of {', '.join(DTYPES)}")
+        self.dtypes: tuple[str, ...] = _read_dtypes(data, where)
+        self.dtype: str = self.dtypes[0]  # the dtype this space's configs are built for (:meth:`for_dtype`)
         self.template: str = data["template"]
         if not isinstance(self.template, str) or not _TEMPLATE_NAME.fullmatch(self.template) or ".." in self.template:
             raise SpaceError(f"{where}: template {_shown(self.template)} is not a file name (letters, digits, _ . -)")
@@ -294,6 +299,39 @@ class SearchSpace:
         except InputError as error:
             raise SpaceError(f"{where}: {error}") from None
 
+    def for_dtype(self, dtype: str) -> SearchSpace:
+        """This family's space for ``dtype``, one it serves: its configs render for that element type
+        and, where it is not the family's first, are named for it (``..._bf16``).
+
+        Raises:
+            InputError: the family does not serve ``dtype`` (the error lists the dtypes it does).
+        """
+        if dtype == self.dtype:
+            return self
+        if dtype not in self.dtypes:
+            raise InputError("dtype", dtype, f"a dtype {self.family} serves: {', '.join(self.dtypes)}")
+        other = self._for_dtype.get(dtype)
+        if other is None:
+            other = copy.copy(self)
+            other.dtype = dtype
+            other.seeds = [dataclasses.replace(seed, other_dtype=other.other_dtype) for seed in self.seeds]
+            self._for_dtype[dtype] = other
+        return other
+
+    @property
+    def other_dtype(self) -> str:
+        """:attr:`Config.other_dtype` of this space's configs: its dtype where that is not the family's first."""
+        return "" if self.dtype == self.dtypes[0] else self.dtype
+
+    def element_variables(self) -> dict[str, str]:
+        """The template variables naming the element type of :attr:`dtype` (``ELEMENT``, ``ELEMENT_PTX``,
+        ...; :class:`~autotune.problem.ElementType`): one template renders each dtype its family serves."""
+        element = ELEMENTS[self.dtype]
+        return {"DTYPE": element.name, "ELEMENT": element.c_type, "ELEMENT2": element.c_pair,
+                "ELEMENT_PTX": element.ptx, "ELEMENT_HEADER": element.header, "TO_FLOAT": element.to_float,
+                "FROM_FLOAT": element.from_float, "TO_FLOAT2": element.pair_to_float2,
+                "FROM_FLOATS2": element.floats_to_pair}
+
     # -- configs ---------------------------------------------------------------
 
     def config(self, values: dict[str, int]) -> Config:
@@ -316,13 +354,13 @@ class SearchSpace:
             if type(value) is not int or value not in choices:
                 raise InputError(knob, value, ", ".join(map(str, choices)))
             params.append((knob, value))
-        return Config(self.family, tuple(params))
+        return Config(self.family, tuple(params), self.other_dtype)
 
     def __iter__(self) -> Iterator[Config]:
         """Every combination of knob values, in a deterministic order."""
         names = list(self.knobs)
         for combo in itertools.product(*self.knobs.values()):
-            yield Config(self.family, tuple(zip(names, combo)))
+            yield Config(self.family, tuple(zip(names, combo)), self.other_dtype)
 
     @property
     def size(self) -> int:
@@ -366,6 +404,10 @@ class SearchSpace:
         """Apply the static rules and the shared-memory rule; say why a config is rejected."""
         names = self.values(config, gpu, problem)
         plain = {k: v for k, v in names.items() if k not in ("gpu", "problem")}
+        element = ELEMENTS[self.dtype]
+        if gpu.arch < element.min_arch:
+            return Verdict(config, plain, f"{self.dtype} needs sm_{element.min_arch} or newer "
+                                          f"({gpu.key} is sm_{gpu.arch})")
         for rule in self.rules_for(problem):
             reason = self.rule_violation(rule, names)
             if reason is not None:
@@ -540,6 +582,20 @@ def _typed(data: dict, key: str, kind: type, default: Any, where: str) -> Any:
     return value
 
 
+def _read_dtypes(data: dict, where: str) -> tuple[str, ...]:
+    """The dtypes a family serves: ``dtypes = ["f16", "bf16"]`` (the first is its own: its configs' names
+    carry no dtype), or one ``dtype = "f32"``."""
+    if ("dtype" in data) == ("dtypes" in data):
+        raise SpaceError(f"{where}: give dtype (one) or dtypes (a list), not {'both' if 'dtype' in data else 'neither'}")
+    dtypes = data["dtypes"] if "dtypes" in data else [data["dtype"]]
+    if not isinstance(dtypes, list) or not dtypes or len(set(map(str, dtypes))) != len(dtypes):
+        raise SpaceError(f"{where}: dtypes {_shown(dtypes)}: expected a list of distinct dtypes, e.g. [\"f16\", \"bf16\"]")
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise SpaceError(f"{where}: dtype {_shown(dtype)}: expected one of {', '.join(DTYPES)}")
+    return tuple(dtypes)
+
+
 def _knob_values(name: str, values: object, where: str) -> tuple[int, ...]:
     """A knob's values: a non-empty list of distinct integers 0..2**31-1 (they become part of kernel names)."""
     if not isinstance(values, list) or not values:
@@ -584,17 +640,20 @@ def space_path(family: str) -> Path:
     return data_dir("search_spaces") / f"{family}.toml"
 
 
-def load_space(family: str) -> SearchSpace:
-    """The space of a shipped kernel family, by name, e.g. ``"sgemm"``; never a path.
+def load_space(family: str, dtype: str | None = None) -> SearchSpace:
+    """The space of a shipped kernel family, by name, e.g. ``"sgemm"``; never a path; for ``dtype``
+    (:meth:`SearchSpace.for_dtype`), by default the family's first.
 
     This is what names read from results files and databases go through.
 
     Raises:
-        InputError: ``family`` is not the name of a shipped family (the error lists them).
+        InputError: ``family`` is not the name of a shipped family (the error lists them), or it does
+            not serve ``dtype``.
     """
     if not isinstance(family, str) or family not in shipped_families():
         raise InputError("family", family, ", ".join(shipped_families()))
-    return _load_shipped(family)
+    space = _load_shipped(family)
+    return space if dtype is None else space.for_dtype(dtype)
 
 
 @functools.cache
@@ -650,5 +709,5 @@ def _shipped_example(text: str) -> Path | None:
 
 def families_for_dtype(dtype: str) -> list[str]:
     """Shipped kernel families whose space file declares ``dtype``, highest priority first."""
-    names = [name for name in shipped_families() if load_space(name).dtype == dtype]
+    names = [name for name in shipped_families() if dtype in load_space(name).dtypes]
     return sorted(names, key=lambda name: (-load_space(name).priority, name))

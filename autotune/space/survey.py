@@ -49,7 +49,7 @@ from typing import Any
 
 from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
-from autotune.problem import GemmProblem
+from autotune.problem import ELEMENTS, GemmProblem
 from autotune.progress import ProgressCallback, no_progress
 from autotune.space.family import Config, Rule, SearchSpace, Verdict
 
@@ -98,6 +98,10 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
     Raises:
         SpaceTooLarge: the walk takes more than WORK_BUDGET steps.
     """
+    element = ELEMENTS[space.dtype]
+    if gpu.arch < element.min_arch:  # as SearchSpace.check says it of each config
+        return Survey([], [Rejection(f"{space.dtype} needs sm_{element.min_arch} or newer ({gpu.key} is "
+                                     f"sm_{gpu.arch})", space.size)], 0)
     plan = _Plan(space, space.rules_for(problem))
     context = {"gpu": gpu, "problem": problem}
     kept = None if keep is None else sorted(set(keep))
@@ -309,12 +313,12 @@ class _Walk:
             rest = itertools.islice(itertools.product(*choices), count)
         else:
             rest = (_nth_product(choices, offset) for offset in self._kept(count))
-        family = self.space.family
+        family, other_dtype = self.space.family, self.space.other_dtype
         for pairs in rest:
             self._step()
             config_values = values.copy()
             config_values.update(pairs)
-            self.feasible.append(Verdict(Config(family, bound + pairs), config_values, None))
+            self.feasible.append(Verdict(Config(family, bound + pairs, other_dtype), config_values, None))
         self.found += count
 
 
@@ -398,12 +402,13 @@ class _PrunedWalk(_Walk):
         self.found += found
         pair = self.pairs[depth]
         changed = {pair[0]: pair[1], **{name: self.names[name] for name in self.plan.derived_at[depth + 1]}}
-        family = self.space.family
+        family, other_dtype = self.space.family, self.space.other_dtype
         for verdict in verdicts:
             params = verdict.config.params
             values = verdict.values.copy()
             values.update(changed)
-            self.feasible.append(Verdict(Config(family, params[:depth] + (pair,) + params[depth + 1:]), values, None))
+            self.feasible.append(Verdict(Config(family, params[:depth] + (pair,) + params[depth + 1:], other_dtype), values,
+                                                None))
         for rejection, count in counts:
             rejection.count += count
 

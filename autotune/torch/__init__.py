@@ -4,14 +4,14 @@
 PyTorch operator (``torch.ops.autotune.gemm``): autograd differentiates it, ``torch.compile``
 traces it (``fullgraph=True`` included), and on a CUDA tensor it runs the tuned kernel the
 runtime's table picks for its shape, on PyTorch's current stream, where it is predicted faster
-than cuBLAS once the operator's host time is counted. Whatever no tuned kernel serves (bfloat16, a
-transposed ``b``, a CPU tensor, a shape the table leaves to cuBLAS, a GEMM too short to gain from a
-kernel) runs on PyTorch's own matmul; :func:`explain` says which and why. ``a`` may have leading
-batch dimensions (``... x k``).
+than cuBLAS once the operator's host time is counted. Whatever no tuned kernel serves (a dtype the
+table has no kernels for, a transposed ``b``, a CPU tensor, a shape the table leaves to cuBLAS, a
+GEMM too short to gain from a kernel) runs on PyTorch's own matmul; :func:`explain` says which and
+why. ``a`` may have leading batch dimensions (``... x k``).
 
 :class:`Linear` is an ``nn.Linear`` whose weight is stored transposed (its ``weight`` is still
-``out x in``, a view), so that ``x @ weight.T`` is a row-major product a tuned kernel serves (a layer no kernel ever
-serves calls PyTorch's ``linear`` itself); :func:`use_autotune` turns every ``nn.Linear`` of a
+``out x in``, a view), so that ``x @ weight.T`` is a row-major product a tuned kernel serves (where no kernel can
+repay the operator's host time it calls PyTorch's ``linear`` itself); :func:`use_autotune` turns every ``nn.Linear`` of a
 model into one, in place.
 """
 

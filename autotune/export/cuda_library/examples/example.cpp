@@ -1,5 +1,6 @@
-// Runs each GEMM the library has on one shape and checks a few elements of C against a dot product
+// Runs each GEMM the library has (sgemm, hgemm, bgemm) on one shape and checks a few elements of C against a dot product
 // on the CPU. Usage: autotune_gemm_example [M N K] (default 1000 1000 1000).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -24,11 +25,20 @@ int cuda_fail(const char* what, cudaError_t error) {
     return 1;
 }
 
-// Storage of one element type on the host: float, or __half converted from float.
+// Storage of one element type on the host: float, or __half or __nv_bfloat16 converted from float; and one
+// rounding of a result to it (its unit roundoff, and the spacing of its subnormals; none for float).
 template <typename T> T from_float(float x) { return static_cast<T>(x); }
 template <> __half from_float<__half>(float x) { return __float2half(x); }
+template <> __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 float to_float(float x) { return x; }
 float to_float(__half x) { return __half2float(x); }
+float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+double unit_roundoff(float) { return 0.0; }
+double unit_roundoff(__half) { return std::ldexp(1.0, -11); }
+double unit_roundoff(__nv_bfloat16) { return std::ldexp(1.0, -8); }
+double subnormal_step(float) { return 0.0; }
+double subnormal_step(__half) { return std::ldexp(1.0, -24); }
+double subnormal_step(__nv_bfloat16) { return std::ldexp(1.0, -133); }
 
 // C = alpha * A B + beta * C for one dtype; checks 16 elements against the CPU.
 template <typename T, typename Gemm>
@@ -73,10 +83,8 @@ int run(const char* name, const char* dtype, Gemm gemm, int m, int n, int k) {
         double initial = to_float(c[size_t(row) * n + col]);
         want = alpha * want + beta * initial;
         double bound = 2.0 * k * std::ldexp(1.0, -23) * (std::fabs(alpha) * magnitude + std::fabs(beta * initial)) +
-                       (sizeof(T) == 2 ? 2.0 * std::ldexp(1.0, -11) * (std::fabs(want) + std::fabs(beta * initial)) +
-                                             2.0 * std::ldexp(1.0, -24)
-                                       : 0.0) +
-                       1e-30;
+                       2.0 * unit_roundoff(T()) * (std::fabs(want) + std::fabs(beta * initial)) +
+                       2.0 * subnormal_step(T()) + 1e-30;
         double got = to_float(out[size_t(row) * n + col]);
         double ratio = std::isfinite(got) ? std::fabs(got - want) / bound : INFINITY;
         worst = std::max(worst, ratio);
@@ -108,6 +116,9 @@ int main(int argc, char** argv) {
 #endif
 #if AUTOTUNE_GEMM_HAS_HGEMM
     failed |= run<__half>("autotune_hgemm", "f16", autotune_hgemm, m, n, k);
+#endif
+#if AUTOTUNE_GEMM_HAS_BGEMM
+    failed |= run<__nv_bfloat16>("autotune_bgemm", "bf16", autotune_bgemm, m, n, k);
 #endif
     return failed;
 }

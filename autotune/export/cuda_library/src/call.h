@@ -20,7 +20,7 @@ typedef struct autotune_call {
     int lda, ldb, ldc;
 } autotune_call;
 
-/* A call of autotune_sgemm or autotune_hgemm: no transposes, each leading dimension its row length. */
+/* A call of autotune_sgemm, autotune_hgemm or autotune_bgemm: no transposes, each leading dimension its row length. */
 autotune_call autotune_gemm_natural_call(const autotune_dtype_table* table, int m, int n, int k, float alpha,
                                          const void* a, const void* b, float beta, void* c, CUstream stream);
 

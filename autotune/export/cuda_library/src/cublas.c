@@ -100,9 +100,10 @@ static cublasStatus_t enqueue(const autotune_cublas* cublas, cublasHandle_t hand
     if (call->table->element_bytes == 4)
         return cublas->cublasSgemm(handle, op_b, op_a, n, m, k, &call->alpha, (const float*)call->b, call->ldb,
                                    (const float*)call->a, call->lda, &call->beta, (float*)call->c, call->ldc);
-    return cublas->cublasGemmEx(handle, op_b, op_a, n, m, k, &call->alpha, call->b, CUDA_R_16F, call->ldb, call->a,
-                                CUDA_R_16F, call->lda, &call->beta, call->c, CUDA_R_16F, call->ldc,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    int type = call->table->cuda_data_type; /* CUDA_R_16F or CUDA_R_16BF */
+    return cublas->cublasGemmEx(handle, op_b, op_a, n, m, k, &call->alpha, call->b, type, call->ldb, call->a, type,
+                                call->lda, &call->beta, call->c, type, call->ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT);
 }
 
 autotune_status autotune_gemm_cublas_gemm(const autotune_cublas* cublas, autotune_context* context,

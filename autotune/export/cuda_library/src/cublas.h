@@ -17,6 +17,7 @@ enum {
     CUBLAS_OP_T = 1,
     CUDA_R_32F = 0,            /* cudaDataType */
     CUDA_R_16F = 2,
+    CUDA_R_16BF = 14,
     CUBLAS_COMPUTE_32F = 68,   /* cublasComputeType_t: fp32 accumulation, no TF32 */
     CUBLAS_GEMM_DEFAULT = -1   /* cublasGemmAlgo_t */
 };

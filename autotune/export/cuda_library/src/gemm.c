@@ -12,11 +12,12 @@
 #include "error.h"
 #include "table.h"
 
-/* The dtypes the library has kernels for, for messages: "f32 and f16", "f32", ... */
+/* The dtypes the library has kernels for, for messages: "f32, f16 and bf16", "f32 only", ... */
 static const char* available_dtypes(void) {
-    if (autotune_gemm_f32.rule_count && autotune_gemm_f16.rule_count)
-        return "f32 and f16";
-    return autotune_gemm_f32.rule_count ? "f32 only" : "f16 only";
+    static const char* const names[8] = {"none", "f32 only", "f16 only", "f32 and f16", "bf16 only",
+                                         "f32 and bf16", "f16 and bf16", "f32, f16 and bf16"};
+    return names[(autotune_gemm_f32.rule_count ? 1 : 0) | (autotune_gemm_f16.rule_count ? 2 : 0) |
+                 (autotune_gemm_bf16.rule_count ? 4 : 0)];
 }
 
 /* Where the table sends m x n x k: the kernel (index into autotune_gemm_kernels), and *cublas 1 where it
@@ -74,6 +75,12 @@ autotune_status autotune_hgemm(int m, int n, int k, float alpha, const void* A, 
                 autotune_gemm_natural_call(&autotune_gemm_f16, m, n, k, alpha, A, B, beta, C, stream));
 }
 
+autotune_status autotune_bgemm(int m, int n, int k, float alpha, const void* A, const void* B, float beta, void* C,
+                               autotune_stream_t stream) {
+    return gemm("autotune_bgemm",
+                autotune_gemm_natural_call(&autotune_gemm_bf16, m, n, k, alpha, A, B, beta, C, stream));
+}
+
 /* The call of an _ex function: the natural one, with the caller's transposes and leading dimensions. */
 static autotune_call call_ex(const autotune_dtype_table* table, autotune_op transa, autotune_op transb, int m, int n,
                              int k, float alpha, const void* a, int lda, const void* b, int ldb, float beta, void* c,
@@ -101,6 +108,13 @@ autotune_status autotune_hgemm_ex(autotune_op transa, autotune_op transb, int m,
                 call_ex(&autotune_gemm_f16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream));
 }
 
+autotune_status autotune_bgemm_ex(autotune_op transa, autotune_op transb, int m, int n, int k, float alpha,
+                                  const void* A, int lda, const void* B, int ldb, float beta, void* C, int ldc,
+                                  autotune_stream_t stream) {
+    return gemm("autotune_bgemm_ex",
+                call_ex(&autotune_gemm_bf16, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream));
+}
+
 /* The dtype's table for the questions about a call; NULL (error set) for a bad dtype or one the library
    lacks. */
 static const autotune_dtype_table* dtype_table(const char* dtype) {
@@ -109,9 +123,12 @@ static const autotune_dtype_table* dtype_table(const char* dtype) {
         table = &autotune_gemm_f32;
     else if (dtype != NULL && (strcmp(dtype, "f16") == 0 || strcmp(dtype, "hgemm") == 0))
         table = &autotune_gemm_f16;
+    else if (dtype != NULL && (strcmp(dtype, "bf16") == 0 || strcmp(dtype, "bgemm") == 0))
+        table = &autotune_gemm_bf16;
     if (table == NULL) {
         autotune_gemm_fail(AUTOTUNE_ERROR_INVALID_VALUE,
-                           "dtype = %s%s%s: expected \"f32\", \"f16\", \"sgemm\" or \"hgemm\"", dtype ? "\"" : "",
+                           "dtype = %s%s%s: expected \"f32\", \"f16\", \"bf16\", \"sgemm\", \"hgemm\" or \"bgemm\"",
+                           dtype ? "\"" : "",
                            dtype ? dtype : "NULL", dtype ? "\"" : "");
         return NULL;
     }

@@ -46,8 +46,9 @@ typedef struct autotune_rule {
 } autotune_rule;
 
 typedef struct autotune_dtype_table {
-    const char* dtype;  /* "f32" or "f16" */
+    const char* dtype;  /* "f32", "f16" or "bf16" */
     int element_bytes;
+    int cuda_data_type; /* cudaDataType of cuBLAS's gemmEx: CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF */
     int sms;            /* the SM count the rules' times scale with */
     int rule_count;     /* 0: the library has no kernels of this dtype */
     const autotune_rule* rules;
@@ -57,5 +58,6 @@ extern const autotune_kernel autotune_gemm_kernels[];
 extern const int autotune_gemm_kernel_count;
 extern const autotune_dtype_table autotune_gemm_f32;
 extern const autotune_dtype_table autotune_gemm_f16;
+extern const autotune_dtype_table autotune_gemm_bf16;
 
 #endif

@@ -1,0 +1,93 @@
+"""``autotune cross-dtype``: the configs tuned in one dtype, verified and timed in another, for a first table."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from autotune.cli.arguments import (
+    MAX_DEVICES,
+    MAX_JOBS,
+    MAX_ROWS,
+    Integer,
+    Seconds,
+    add_backend_argument,
+    add_db_argument,
+    open_store,
+    requested_gpu,
+)
+from autotune.errors import InputError
+from autotune.gpu_specs import AUTO, GPUS
+from autotune.problem import DTYPES, check_dtype, dtype_runs_on
+from autotune.search.cross_dtype import CROSS_DTYPE_TOP
+from autotune.search.start import GpuRequest
+from autotune.shapes import SHAPE_SETS, read_shapes
+
+
+def register(sub) -> None:
+    cross = sub.add_parser(
+        "cross-dtype", help="time the best configs of each shape tuned in one dtype in another (a first table)",
+        epilog="example: autotune cross-dtype --gpu h200 --dtype bf16 --from-dtype f16 --top 3; then "
+               "autotune table --gpu h200 --dtype bf16",
+    )
+    cross.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    cross.add_argument("--dtype", required=True, help=f"the dtype to measure in: {', '.join(DTYPES)}")
+    cross.add_argument("--from-dtype", required=True,
+                       help="the dtype whose results (in the database, on this GPU) give each shape's configs")
+    cross.add_argument("--top", action=Integer, least=1, most=MAX_ROWS, default=CROSS_DTYPE_TOP,
+                       help=f"the fastest T distinct configs of each shape (default {CROSS_DTYPE_TOP})")
+    cross.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}) or a file with one "
+                                        "shape per line (default: every shape with --from-dtype results)")
+    add_db_argument(cross)
+    add_backend_argument(cross)
+    cross.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
+                       help="parallel compile processes (default: CPU count, at most 16)")
+    cross.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                       default=0, help="CUDA device index (default 0)")
+    cross.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+    cross.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from autotune.search.cross_dtype import CrossDtype, plan, source_gpu_key
+    from autotune.search.settings import SearchSettings
+    from autotune.search.start import attached_gpu_spec, start_processes
+
+    check_dtype(args.dtype)
+    check_dtype(args.from_dtype, "--from-dtype")
+    if args.dtype == args.from_dtype:
+        raise InputError("--from-dtype", args.from_dtype, f"a dtype other than --dtype {args.dtype}")
+    requested = requested_gpu(args.gpu)
+    if requested is not None:
+        dtype_runs_on(args.dtype, requested.arch, requested.key)
+    shapes = read_shapes(args.shapes) if args.shapes else None
+    request = GpuRequest(requested, args.gpu, args.device, args.backend)
+    with contextlib.ExitStack() as stack:
+        (worker,), pool = start_processes(request, 1, args.jobs, stack)
+        env = worker.environment()
+        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
+        dtype_runs_on(args.dtype, gpu.arch, gpu.key)
+        store = stack.enter_context(open_store(args.db))
+        source = source_gpu_key(env.gpu_key)
+        planned = plan(store, gpu, source, args.from_dtype, args.dtype, args.top, shapes)
+        if not planned:
+            raise InputError("--from-dtype", args.from_dtype,
+                             f"a dtype with results on {source} in {store.shown_url} whose families serve "
+                             f"{args.dtype} (import them first: autotune results import tuned_db/{source}.jsonl)")
+        pairs = sum(len(shape.configs) for shape in planned)
+        print(f"timing {pairs} {args.from_dtype} configs of {len(planned)} shapes in {args.dtype} on "
+              f"{env.gpu_name} ({env.arch}), with cuBLAS, device {args.device}", file=sys.stderr)
+        result = CrossDtype(planned, gpu, store, worker, pool, args.from_dtype, SearchSettings(jobs=args.jobs),
+                            args.timeout, on_progress=_progress).run()
+        print(f"{result.shapes} shapes, {result.configs} configs compiled: {result.measured} measured, "
+              f"{result.failed} failed, {result.earlier} measured before"
+              + ("" if result.complete else "; stopped at --timeout: run again to go on")
+              + f" ({store.shown_url}); next: autotune table --gpu {env.gpu_key} --dtype {args.dtype}")
+    return 0
+
+
+def _progress(progress) -> None:
+    if progress.evaluated == progress.target or progress.evaluated % 20 == 0:
+        print(f"  {progress.evaluated}/{progress.target} evaluations, {progress.elapsed_s:.0f} s", file=sys.stderr,
+              flush=True)
