@@ -8,7 +8,6 @@ import re
 from autotune.errors import InputError
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ElementType:
     """What a dtype is, everywhere it matters: the one table that maps a dtype name to its storage,
