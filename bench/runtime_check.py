@@ -2,8 +2,8 @@
 
     python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
 
-For 20 shapes per dtype (square, odd, tall, wide, long-K and LLM-style) it
-runs ``autotune.gemm`` on fresh random operands, checks every element against
+For 20 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
+square, odd, tall, wide, long-K and LLM-style) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
 search does (L2 flushed before each launch, which also hides launch latency).
@@ -40,36 +40,48 @@ SHAPES = [
     (4096, 4096, 11008), (8192, 8192, 1024), (4096, 14336, 4096), (2048, 512, 8192),
     (8192, 1024, 1024), (1024, 8192, 1024),
 ]
-DTYPES = ("f32", "f16")
+DTYPES = ("f32", "f16", "bf16")
+
+
+def users_array(array: cupy.ndarray, dtype: str):
+    """What a user hands autotune.gemm for ``dtype``: the CuPy array itself, or for bf16 (which CuPy lacks; its
+    arrays here hold the bits as uint16) a PyTorch bfloat16 tensor on the same memory."""
+    if dtype != "bf16":
+        return array
+    import torch
+
+    return torch.from_dlpack(array).view(torch.bfloat16)
 
 
 def check_shape(problem: GemmProblem, seed: int) -> dict:
     """Verify (beta 0 and 0.5) and time one shape; the row for the report."""
     operands = measure.make_operands(problem, seed)
-    decision = autotune.explain(operands.a, operands.b, operands.out)
+    a, b, target = (users_array(x, problem.dtype) for x in (operands.a, operands.b, operands.out))
+    decision = autotune.explain(a, b, target)
     worst = 0.0
     for beta in (0.0, 0.5):
         case = GemmProblem(problem.m, problem.n, problem.k, problem.dtype, beta=beta)
         ref = measure.reference(case, operands)
         bound = measure.error_bound(case, operands, ref)
-        result = measure.check(lambda out, b=beta: autotune.gemm(operands.a, operands.b, out=out, beta=b),
+        result = measure.check(lambda out, s=beta: autotune.gemm(a, b, out=users_array(out, problem.dtype), beta=s),
                                case, operands, ref, bound)
         worst = max(worst, result.max_error)
         if not result.passed:
             return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
-    ours = measure.time_launches(lambda: autotune.gemm(operands.a, operands.b, out=operands.out), repeats=30)
-    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0), repeats=30)
-    tuned = measure.time_launches(_tuned_launch(decision, operands), repeats=30) if decision.pick else None
+    ours = measure.time_launches(lambda: autotune.gemm(a, b, out=target), repeats=30)
+    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element),
+                                   repeats=30)
+    tuned = measure.time_launches(_tuned_launch(decision, (a, b, target)), repeats=30) if decision.pick else None
     return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
 
 
-def _tuned_launch(decision, operands):
+def _tuned_launch(decision, arrays):
     """The table's tuned kernel for this call launched directly: the one it runs, or the one cuBLAS stood in for."""
     runtime = autotune.runtime.runtime_for(0)
     table = runtime.choice.table
     kernel = table.dtypes[decision.dtype].kernel(decision.pick.kernel)
     device = runtime.device
-    a, b, out = device.operand(operands.a, "a"), device.operand(operands.b, "b"), device.operand(operands.out, "out")
+    a, b, out = (device.operand(array, name) for array, name in zip(arrays, ("a", "b", "out")))
     return lambda: device.launch(kernel, table.arch, a, b, out, 1.0, 0.0, cupy.cuda.get_current_stream())
 
 
