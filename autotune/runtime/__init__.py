@@ -146,21 +146,22 @@ class Runtime:
             decision = self._tensor_decisions[key] = net_of_host_cost(self._decide(left, right, fresh), host)
         return decision
 
-    def kernel_rows(self, dtype: Any, n: int, k: int, host: HostCost | None = None) -> int | None:
+    def kernel_rows(self, dtype: Any, n: int, k: int, host: HostCost | None = None,
+                    row_major: bool = True) -> int | None:
         """From how many rows of ``x`` :meth:`gemm_tensors` may run a tuned kernel for ``x @ w`` (``w`` a
-        row-major ``k x n`` tensor of torch ``dtype``), judged at PROBED_ROWS (1 to 16384); None: at none.
+        ``k x n`` tensor of torch ``dtype``, row-major or not), judged at PROBED_ROWS (1 to 16384); None: at none.
 
         With ``host`` counted, a kernel can only win where cuBLAS's predicted time exceeds the host's time to
         the kernel; the answer is the fewest probed rows from which it does at every probe above, where a
         probe at or above it runs a kernel. Below it a layer may call PyTorch's matmul directly, without the
         operator's host time."""
-        key = (dtype, n, k, host)
+        key = (dtype, n, k, host, row_major)
         if key not in self._layer_rows:
             element = torch_element(dtype)
             decisions = []
             for m in PROBED_ROWS:
-                operands = [Operand(None, shape, element, True, 0, self.device.index)
-                            for shape in ((m, k), (k, n), (m, n))]
+                operands = [Operand(None, shape, element, layout, 0, self.device.index)
+                            for shape, layout in (((m, k), True), ((k, n), row_major), ((m, n), True))]
                 decisions.append((m, net_of_host_cost(decide(self.choice, *operands), host)))
             rows = None
             for m, decision in reversed(decisions):

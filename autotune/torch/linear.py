@@ -1,12 +1,14 @@
-"""``nn.Linear`` on tuned kernels: a weight stored transposed, so ``x @ weight.T`` is row-major.
+"""``nn.Linear`` through the table: ``x @ weight.T`` on a tuned kernel where one serves it, else PyTorch's own.
 
-``nn.Linear`` keeps its weight ``out x in`` row-major, and its product ``x @ weight.T`` then reads
-``b`` transposed, which no tuned kernel takes. :class:`Linear` keeps the same parameter, of the
-same shape, with its elements laid out ``in x out`` row-major: ``weight.T`` is then a row-major
-matrix, and the product runs :func:`autotune.torch.gemm` with no copy. State dicts, optimizers and
-``load_state_dict`` see an ordinary ``out x in`` parameter. Where no kernel can repay the operator's
-host time (too few rows, a layer the table serves with cuBLAS at every number of rows, a layer off
-the GPU) the layer calls PyTorch's ``linear`` directly.
+``nn.Linear`` keeps its weight ``out x in`` row-major, so its product ``x @ weight.T`` reads ``b``
+transposed. :class:`Linear` keeps that weight as it is (state dicts, optimizers and
+``load_state_dict`` see an ordinary ``nn.Linear``) and asks the table, per layer, from how many rows
+of input a tuned kernel for that layout beats PyTorch's matmul with the operator's host time counted
+(:func:`kernel_rows`); from there it calls :func:`autotune.torch.gemm`, below it (and where no kernel
+ever does, or off the GPU) ``F.linear`` itself. Tuned kernels take a row-major ``b`` today, so every
+layer runs ``F.linear``: laying the weight out ``in x out`` instead would let them serve it, but
+moves cuBLAS's own product to a layout it runs up to 14% slower at some sizes
+(``bench/results/h200-operator-2026-12-03/``), more than the kernels gain.
 """
 
 from __future__ import annotations
@@ -21,51 +23,41 @@ __all__ = ["Linear", "use_autotune"]
 
 class Linear(nn.Linear):
     """A drop-in ``nn.Linear`` (same arguments, parameters and state dict) whose product runs
-    :func:`autotune.torch.gemm`."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        relay_weight(self)
+    :func:`autotune.torch.gemm` where a tuned kernel serves it."""
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Linear":
         """``linear`` turned into a :class:`Linear` in place: the same parameter objects (an optimizer that
-        holds them goes on working), the weight's elements laid out anew."""
+        holds them goes on working)."""
         linear.__class__ = cls
-        relay_weight(linear)
         return linear
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.weight.t().is_contiguous():  # a weight assigned since (load_state_dict(assign=True), say)
-            relay_weight(self)
-        rows = kernel_rows(self.weight.dtype, self.weight.device, self.out_features, self.in_features)
+        weight_t = self.weight.t()
+        rows = kernel_rows(self.weight.dtype, self.weight.device, self.out_features, self.in_features,
+                           weight_t.is_contiguous())
         if rows is None or x.numel() < rows * self.in_features:  # under torch.compile: a guard on the rows
             return nn.functional.linear(x, self.weight, self.bias)  # no detour through the operator
-        return gemm(x, self.weight.t(), self.bias, 1.0, 1.0)
+        return gemm(x, weight_t, self.bias, 1.0, 1.0)
 
 
 @torch.compiler.assume_constant_result  # one answer per layer while a compiled graph lives
-def kernel_rows(dtype: torch.dtype, device: torch.device, out_features: int, in_features: int) -> int | None:
-    """From how many rows of its input a layer of this weight may run a tuned kernel, the operator's host
-    time counted (:data:`~autotune.torch.ops.OPERATOR_HOST`); None where it never does. Below it, the
-    layer calls PyTorch's ``linear`` itself."""
+def kernel_rows(dtype: torch.dtype, device: torch.device, out_features: int, in_features: int,
+                row_major: bool) -> int | None:
+    """From how many rows of its input a layer's ``x @ weight.T`` (``weight.T`` row-major or not) may run a
+    tuned kernel, the operator's host time counted (:data:`~autotune.torch.ops.OPERATOR_HOST`); None where
+    it never does."""
     if device.type != "cuda":
         return None
     runtime = device_runtime(device)
-    return None if runtime is None else runtime.kernel_rows(dtype, out_features, in_features, OPERATOR_HOST)
-
-
-def relay_weight(linear: nn.Linear) -> None:
-    """Store ``linear.weight``'s elements ``in x out`` row-major, keeping the parameter and its values."""
-    with torch.no_grad():
-        weight = linear.weight
-        if not weight.t().is_contiguous():
-            weight.data = weight.data.t().contiguous().t()
+    if runtime is None:
+        return None
+    return runtime.kernel_rows(dtype, out_features, in_features, OPERATOR_HOST, row_major)
 
 
 def use_autotune(module: nn.Module) -> nn.Module:
     """Every ``nn.Linear`` in ``module`` (itself included) turned into a :class:`Linear`, in place; returns
-    ``module``. The parameters stay the same objects, with the same values."""
+    ``module``. The parameters stay the same objects, with the same values and layout."""
     for layer in module.modules():
         if type(layer) is nn.Linear:
             Linear.from_linear(layer)

@@ -4,7 +4,8 @@
                                            [--hidden 4096] [--intermediate 14336] [--json FILE]
 
 The same block, with the same weights, runs twice: as plain PyTorch, and with
-``autotune.torch.use_autotune`` (every ``nn.Linear`` runs ``autotune::gemm``), both under
+``autotune.torch.use_autotune`` (every ``nn.Linear`` asks the table, and runs ``autotune::gemm`` where a
+tuned kernel wins, else ``F.linear``), both under
 ``torch.compile``. For each token count it checks the two outputs agree and prints both times
 per call (medians of CUDA-event timings of 10 calls back to back, the two models interleaved) and
 their ratio, and the ratio of one call timed alone. Needs a CUDA GPU.
@@ -87,11 +88,9 @@ def compare(hidden: int, intermediate: int, dtype: torch.dtype, tokens: list[int
 
 
 def at_explain(x: torch.Tensor, layer: nn.Linear):
-    """What the runtime runs for one projection (its first operand shaped as the layer sees it)."""
-    import autotune
-
+    """What the operator would run for one projection (its first operand shaped as the layer sees it)."""
     rows = torch.empty(x.shape[0], layer.in_features, dtype=x.dtype, device=x.device)
-    return autotune.explain(rows, layer.weight.t())
+    return at.explain(rows, layer.weight.t())
 
 
 def main(argv: list[str] | None = None) -> int:
