@@ -53,7 +53,7 @@ def test_export_json_and_python_from_the_shipped_results(tmp_path):
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "autotune_table_h200.json").read_text())
     assert data["schema_version"] == 2 and data["arch"] == "sm_90" and data["gpu"] == "h200"
-    assert data["measured_on"] == ["NVIDIA H200"] and set(data["dtypes"]) == {"f32", "f16"}
+    assert data["measured_on"] == ["NVIDIA H200"] and set(data["dtypes"]) == {"f32", "f16", "bf16"}
     f16 = data["dtypes"]["f16"]
     assert {r["kernel"] for r in f16["rules"]} == {k["name"] for k in f16["kernels"]}
     assert all(k["launch"]["target"] == "sm_90a" for k in f16["kernels"])

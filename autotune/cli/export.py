@@ -40,7 +40,8 @@ def register(sub) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--gpu", help=f"the GPU model whose results to export: {', '.join(GPUS)}")
     target.add_argument("--arch", help="every GPU of an architecture, e.g. sm_90")
-    parser.add_argument("--dtype", default="f32,f16", help="element types, comma-separated (default f32,f16)")
+    parser.add_argument("--dtype", default=",".join(DTYPES),
+                        help=f"element types, comma-separated (default {','.join(DTYPES)})")
     parser.add_argument("--format", default="cuda", help=f"{', '.join(WRITERS)} (default cuda; see formats above)")
     parser.add_argument("--out", required=True, help="output directory (created if missing)")
     add_db_argument(parser)
