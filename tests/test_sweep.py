@@ -205,10 +205,8 @@ def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):
             break
     else:
         pytest.fail(f"the sweep ended before it could be interrupted: {process.communicate()}")
-    while len(evaluated_per_study(url)) < 2 or min(evaluated_per_study(url).values()) < 1:
-        assert time.monotonic() < deadline and process.poll() is None, "the second shape never started"
-        time.sleep(0.05)  # until the second shape's search has evaluated a candidate
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)  # at once: the next shapes' searches (a second or less with warm caches) are
+    # cut in their opening or before they start, never after they end
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "run the same command again to resume" in err
