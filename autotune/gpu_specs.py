@@ -32,6 +32,19 @@ class GpuSpec:
     max_threads_per_block: int
     max_threads_per_sm: int
     l2_bytes: int
+    fp32_tflops: float = 0.0  # peak fp32 FMA throughput (dense), from the vendor's data sheet; 0: unknown
+    tensor_tflops: float = 0.0  # peak fp16/bf16 tensor-core throughput with fp32 accumulation (dense); 0: unknown
+    memory_tbs: float = 0.0  # DRAM bandwidth, TB/s; 0: unknown
+
+    def flops_per_element(self, dtype: str) -> float:
+        """The roofline's ridge for ``dtype``: peak flops per element of ``dtype`` read or written per second
+        (its peak throughput over its bandwidth in elements); 0 where a figure is unknown."""
+        from autotune.problem import ELEMENTS
+
+        peak = self.fp32_tflops if dtype == "f32" else self.tensor_tflops
+        if not peak or not self.memory_tbs:
+            return 0.0
+        return peak * ELEMENTS[dtype].itemsize / self.memory_tbs
 
     @property
     def sm(self) -> str:
@@ -47,12 +60,18 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     spec.key: spec
     for spec in (
-        GpuSpec("t4", "T4", 75, 40, 48 * KB, 64 * KB, 64 * KB, 65536, 65536, 1024, 1024, 4 * 1024 * KB),
-        GpuSpec("a100", "A100", 80, 108, 48 * KB, 163 * KB, 164 * KB, 65536, 65536, 1024, 2048, 40 * 1024 * KB),
-        GpuSpec("rtx3090", "RTX 3090", 86, 82, 48 * KB, 99 * KB, 100 * KB, 65536, 65536, 1024, 1536, 6 * 1024 * KB),
-        GpuSpec("l4", "L4", 89, 58, 48 * KB, 99 * KB, 100 * KB, 65536, 65536, 1024, 1536, 48 * 1024 * KB),
-        GpuSpec("h100", "H100", 90, 132, 48 * KB, 227 * KB, 228 * KB, 65536, 65536, 1024, 2048, 50 * 1024 * KB),
-        GpuSpec("h200", "H200", 90, 132, 48 * KB, 227 * KB, 228 * KB, 65536, 65536, 1024, 2048, 60 * 1024 * KB),
+        # the last three: data-sheet peaks (fp32, fp16 tensor cores dense, TFLOP/s) and DRAM bandwidth (TB/s)
+        GpuSpec("t4", "T4", 75, 40, 48 * KB, 64 * KB, 64 * KB, 65536, 65536, 1024, 1024, 4 * 1024 * KB, 8.1, 65.0, 0.32),
+        GpuSpec("a100", "A100", 80, 108, 48 * KB, 163 * KB, 164 * KB, 65536, 65536, 1024, 2048, 40 * 1024 * KB,
+                19.5, 312.0, 1.555),  # the 40 GB SXM part
+        GpuSpec("rtx3090", "RTX 3090", 86, 82, 48 * KB, 99 * KB, 100 * KB, 65536, 65536, 1024, 1536, 6 * 1024 * KB,
+                35.6, 71.0, 0.936),
+        GpuSpec("l4", "L4", 89, 58, 48 * KB, 99 * KB, 100 * KB, 65536, 65536, 1024, 1536, 48 * 1024 * KB,
+                30.3, 121.0, 0.3),
+        GpuSpec("h100", "H100", 90, 132, 48 * KB, 227 * KB, 228 * KB, 65536, 65536, 1024, 2048, 50 * 1024 * KB,
+                67.0, 989.0, 3.35),  # SXM
+        GpuSpec("h200", "H200", 90, 132, 48 * KB, 227 * KB, 228 * KB, 65536, 65536, 1024, 2048, 60 * 1024 * KB,
+                67.0, 989.0, 4.8),
     )
 }
 

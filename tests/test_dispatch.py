@@ -97,7 +97,24 @@ def test_the_pick_goes_to_cublas_where_the_kernel_was_slower_at_the_rule_shape_a
     assert not unmeasured.cublas and unmeasured.cublas_ms is None and unmeasured.ratio_to_cublas is None
     assert not table.pick(2048, 2048, 2048).cublas
     assert [table.goes_to_cublas(rule) for rule in rules] == [True, False, False, False]
-    assert "cuBLAS instead where that least time is more than cublas_ms * (m * n * k)" in SELECTION_RULE
+    assert "cuBLAS instead where that least time is more than cublas_ms * cost(shape) / cost(tuned shape)" \
+        in SELECTION_RULE
+
+
+def test_with_a_ridge_cublas_s_time_at_few_rows_follows_the_bytes_of_b_not_m():
+    """At 4 rows the GEMV-like kernel took 69.9 us and cuBLAS 101 us (both reading B); at 2 rows and a
+    narrower B, m * n * k alone would carry cuBLAS to 38.8 us and pick it, a roofline to 77.5 us."""
+    gemv = _kernel("gemv", 128)
+    rule = _rule((4, 14336, 4096), [("gemv", 0.0699)], cublas_ms=0.101)
+    by_volume = DtypeTable((gemv,), (rule,), H200.sms).pick(2, 11008, 4096)
+    assert by_volume.cublas and by_volume.cublas_ms == pytest.approx(0.101 * 2 * 11008 / (4 * 14336))
+    ridge = H200.flops_per_element("f32")
+    assert ridge == pytest.approx(67.0 * 4 / 4.8)
+    by_roofline = DtypeTable((gemv,), (rule,), H200.sms, ridge).pick(2, 11008, 4096)
+    moved = (2 * 4096 + 4096 * 11008 + 2 * 11008) / (4 * 4096 + 4096 * 14336 + 4 * 14336)
+    assert not by_roofline.cublas and by_roofline.cublas_ms == pytest.approx(0.101 * moved)
+    big = DtypeTable((gemv,), (_rule((4096, 4096, 4096), [("gemv", 1.0)], cublas_ms=1.0),), H200.sms, ridge)
+    assert big.pick(2048, 2048, 2048).cublas_ms == pytest.approx(1.0 / 8)  # compute-bound: m * n * k
 
 
 def test_cublas_time_carries_in_proportion_to_mnk_and_wins_where_the_kernels_last_wave_is_empty():
@@ -286,12 +303,13 @@ def _seed(family: str, **knobs: int) -> dict[str, int]:
 @functools.lru_cache(maxsize=1)
 def _library_table() -> KernelTable:
     """f32, f16 and bf16 kernels of the shipped families (one built for whole tiles, TMA ones) on LLM-like and square
-    rules, cuBLAS from 25% faster to 25% slower than the rule's kernel, or not measured."""
+    rules, cuBLAS from 25% faster to 25% slower than the rule's kernel, or not measured; cuBLAS's times carried by
+    the H200's roofline (f32, f16) or by m * n * k (bf16)."""
     gpu = spec_for_arch("sm_90", "h200")
     rng = random.Random(5)
     factors = [0.75, 0.9, 0.97, 1.0, 1.03, 1.1, 1.25, None]
 
-    def dtype_table(kernels, shapes):
+    def dtype_table(kernels, shapes, ridge):
         twins = {k.any_shape for k in kernels}  # builds for any shape: launched, never measured at a rule
         rules = []
         for i, shape in enumerate(shapes):
@@ -300,7 +318,7 @@ def _library_table() -> KernelTable:
             fastest = min(ms for _, ms in times)
             factor = factors[i % len(factors)]
             rules.append(_rule(shape, times, None if factor is None else fastest * factor))
-        return DtypeTable(tuple(kernels), tuple(rules), gpu.sms)
+        return DtypeTable(tuple(kernels), tuple(rules), gpu.sms, ridge)
 
     whole = table_kernel("sgemm", {**_seed("sgemm", BM=128, BN=128, BK=8, PREFETCH=0, CP_ASYNC=0), "WHOLE_TILES": 1},
                          gpu)
@@ -314,9 +332,9 @@ def _library_table() -> KernelTable:
     llm = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)) for m in (1, 16, 128, 1024, 4096)]
     squares = [(s, s, s) for s in (256, 1024, 2048, 4096, 8192)]
     table = KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), created_at="2026-12-01", source="tests",
-                        dtypes={"f32": dtype_table(list(f32.values()), llm + squares),
-                                "f16": dtype_table(f16, squares + llm[::2]),
-                                "bf16": dtype_table(bf16, squares[1::2] + llm[1::2])})
+                        dtypes={"f32": dtype_table(list(f32.values()), llm + squares, gpu.flops_per_element("f32")),
+                                "f16": dtype_table(f16, squares + llm[::2], gpu.flops_per_element("f16")),
+                                "bf16": dtype_table(bf16, squares[1::2] + llm[1::2], 0.0)})  # by m * n * k
     cubin = _empty_elf()
     return dataclasses.replace(table, dtypes={
         name: dataclasses.replace(dtype, kernels=tuple(dataclasses.replace(k, cubin=cubin) for k in dtype.kernels))

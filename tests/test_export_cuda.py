@@ -86,7 +86,7 @@ def _table(with_f16: bool = True) -> KernelTable:
     f32 = DtypeTable(tuple(kernels.values()), (
         _rule(1024, 1024, 1024, s128, [s64]), _rule(4096, 4096, 4096, s_opt_in, [s128, s64]),
         _rule(2048, 1024, 1024, s64), _rule(1024, 2048, 1024, s128, [s_opt_in, s64]), _rule(256, 256, 256, s64, [s128]),
-        _rule(16, 4096, 4096, s64, [s_opt_in])), gpu.sms)
+        _rule(16, 4096, 4096, s64, [s_opt_in])), gpu.sms, gpu.flops_per_element("f32"))  # cuBLAS by a roofline
     dtypes = {"f32": f32}
     if with_f16:
         plain = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu)
@@ -94,7 +94,7 @@ def _table(with_f16: bool = True) -> KernelTable:
         tma = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=1, CLUSTER_M=1), gpu)
         dtypes["f16"] = DtypeTable((plain, cluster, tma), (
             _rule(1024, 1024, 1024, plain, [tma]), _rule(4096, 4096, 4096, cluster, [plain, tma]),
-            _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms)
+            _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms, gpu.flops_per_element("f16"))
         # the same configs built for bf16: kernels of their own (names ending in _bf16)
         bf16_plain, bf16_tma = (table_kernel("hgemm_wgmma", kernel.params, gpu, "bf16") for kernel in (plain, tma))
         dtypes["bf16"] = DtypeTable((bf16_plain, bf16_tma), (

@@ -100,7 +100,7 @@ def _dtype_context(name: str, dtype: DtypeTable | None, index: dict[str, int]) -
     element = ELEMENTS[name]
     return {"name": name, "function": FUNCTIONS[name], "element_bytes": element.itemsize,
             "cuda_data_type": element.cuda_data_type,
-            "sms": dtype.sms if dtype else 1, "rules": rules,
+            "sms": dtype.sms if dtype else 1, "ridge": repr(dtype.ridge if dtype else 0.0), "rules": rules,
             "tuned_range": [{"axis": axis, "low": low, "high": high} for axis, (low, high) in zip("mnk", ranges)]}
 
 

@@ -53,8 +53,9 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
                   "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
                   "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
                   "cdiv(grid blocks, sms) * k_tiles (the busiest SM's k-tiles); cuBLAS instead where that least "
-                  "time is more than cublas_ms * (m * n * k) / (m' * n' * k') (cuBLAS has no launch contract: it "
-                  "chooses its own kernel per shape, so its time is carried at the throughput measured there); "
+                  "time is more than cublas_ms * cost(shape) / cost(tuned shape), cost = max(2 * m * n * k, ridge * "
+                  "(m * k + k * n + m * n)) (cuBLAS has no launch contract: it chooses its own kernel per shape, so "
+                  "its time is carried by a roofline at the throughput measured there); "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
 
 
@@ -221,10 +222,13 @@ class DtypeTable:
     kernels: tuple[TableKernel, ...]
     rules: tuple[TableRule, ...]
     sms: int = 1
+    ridge: float = 0.0  # the GPU's peak flops per element moved, which cuBLAS's times are carried by (0: m*n*k)
 
     def __post_init__(self):
         if type(self.sms) is not int or not 1 <= self.sms <= MAX_SMS:
             raise TableError(f"sms {self.sms!r} (expected an integer from 1 to {MAX_SMS})")
+        if type(self.ridge) is not float or not 0.0 <= self.ridge < 1e6:
+            raise TableError(f"ridge {self.ridge!r} (expected a number of flops per element from 0 to 1e6)")
         if self.rules:  # every size from 1 to the largest served, so that picks outside the range evaluate too
             domain = {size: (1, min(high, MAX_SIZE)) for size, (_, high) in self.served_sizes().items()}
             for kernel in self.kernels:
@@ -293,7 +297,7 @@ class DtypeTable:
             return contracts[name].work(*at, self.sms)
 
         name, kernel_ms = fastest(rule.times, work, rule.shape, (m, n, k))
-        cublas_ms = cublas_ms_at(rule.cublas_ms, rule.shape, (m, n, k)) if rule.cublas_ms else None
+        cublas_ms = cublas_ms_at(rule.cublas_ms, rule.shape, (m, n, k), self.ridge) if rule.cublas_ms else None
         return TablePick(rule, name, name, kernel_ms, cublas_ms)
 
 
@@ -348,7 +352,7 @@ class KernelTable:
             "kernel_arguments": KERNEL_ARGUMENTS,
             "dtypes": {
                 dtype: {"kernels": [k.to_dict(with_cubins) for k in table.kernels],
-                        "rules": [r.to_dict() for r in table.rules], "sms": table.sms}
+                        "rules": [r.to_dict() for r in table.rules], "sms": table.sms, "ridge": table.ridge}
                 for dtype, table in self.dtypes.items()
             },
         }
@@ -404,7 +408,10 @@ def _dtype_from_dict(table: dict[str, Any]) -> DtypeTable:
     sms = table.get("sms", 1)  # version 1: one time per rule, so the SM count never matters
     if type(sms) is not int:
         raise ValueError(f"sms {sms!r} (expected an integer >= 1)")
-    return DtypeTable(kernels, rules, sms)
+    ridge = table.get("ridge", 0.0)  # tables written before it carry cuBLAS's times by m * n * k
+    if type(ridge) not in (int, float) or isinstance(ridge, bool):
+        raise ValueError(f"ridge {ridge!r} (expected a number >= 0)")
+    return DtypeTable(kernels, rules, sms, float(ridge))
 
 
 def read_table(path: Path) -> KernelTable:

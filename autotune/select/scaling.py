@@ -18,14 +18,16 @@ contract computes its work (:meth:`autotune.kernel.contract.LaunchContract.work`
 cuBLAS is a candidate too, wherever its time was measured at the tuned shape
 (:func:`cublas_ms_at`). It has no launch contract: it chooses its own kernel per
 shape (tile, split-K, stream-K), so it follows no fixed grid's steps. Its time is
-carried at the throughput measured there, in proportion to the product
-``m * n * k`` (the flops). That is how a kernel's work grows too once it fills
-the GPU many times over, so between large shapes the comparison is the measured
-ratio, and where a kernel's grid takes a step (a wave barely filled) cuBLAS,
-which has no such step, wins. Where both are bound by memory (a few rows of A)
-cuBLAS's time changes less than ``m * n * k`` (its true change lies between 1
-and that ratio): a shape smaller than the tuned one then leans to cuBLAS, a
-larger one to the kernel, the closer the nearer the tuned shape.
+carried by a roofline: in proportion to the larger of the flops (``2 * m * n * k``)
+and the elements moved (``m * k + k * n + m * n``) times the GPU's ridge (its peak
+flops per element its memory moves, :meth:`~autotune.gpu_specs.GpuSpec.flops_per_element`).
+Between large shapes that is the product ``m * n * k``, how a kernel's work grows
+too once it fills the GPU many times over, so the comparison is the measured ratio,
+and where a kernel's grid takes a step (a wave barely filled) cuBLAS, which has no
+such step, wins. With a few rows of A both are bound by reading B, whose size does
+not follow ``m``: carried by ``m * n * k`` alone, cuBLAS's time at 2 rows would be
+half its time at 4, and the table would send a shape it measured a kernel 1.6x
+faster at to cuBLAS. A table without a ridge (0) carries it by ``m * n * k``.
 """
 
 from __future__ import annotations
@@ -47,10 +49,18 @@ def volume(shape: Shape) -> float:
     return float(m) * n * k
 
 
-def cublas_ms_at(ms: float, there: Shape, here: Shape) -> float:
-    """cuBLAS's time measured at shape ``there`` carried to ``here``: in proportion to ``m * n * k``
-    (``ms * volume(here) / volume(there)``, left to right; see the module docstring for why)."""
-    return ms * volume(here) / volume(there)
+def roofline_cost(shape: Shape, ridge: float) -> float:
+    """The larger of ``2 * m * n * k`` and ``ridge * (m * k + k * n + m * n)``, as doubles, left to right (as
+    the C library computes it)."""
+    m, n, k = shape
+    return max(2.0 * volume(shape), ridge * (float(m) * k + float(k) * n + float(m) * n))
+
+
+def cublas_ms_at(ms: float, there: Shape, here: Shape, ridge: float = 0.0) -> float:
+    """cuBLAS's time measured at shape ``there`` carried to ``here``: in proportion to its roofline cost
+    (``ms * cost(here) / cost(there)``, left to right; see the module docstring for why); with ``ridge`` 0, in
+    proportion to ``m * n * k``."""
+    return ms * roofline_cost(here, ridge) / roofline_cost(there, ridge)
 
 
 def fastest(times: Iterable[tuple[str, float]], work: Callable[[str, Shape], int], there: Shape,

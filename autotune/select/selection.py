@@ -142,11 +142,11 @@ def build(store: ResultStore, gpu: GpuSpec, gpu_keys: str | Sequence[str], dtype
     ``dtype``, built from every measured shape but ``hold_out``."""
     results = gather(store, gpu_keys, dtype, gpu.sm)
     training = results.without(hold_out)
-    return Selection(table_from(training, gpu, max_kernels), results, tuple(training.shapes), gpu, dtype,
+    return Selection(table_from(training, gpu, max_kernels, dtype), results, tuple(training.shapes), gpu, dtype,
                      max_kernels)
 
 
-def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -> DtypeTable:
+def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS, dtype: str | None = None) -> DtypeTable:
     """The table built by covering ``results``' shapes with kernels autotune can build for ``gpu``: the
     kernels chosen (in the order the cover chose them) and their builds for any shape, and a rule per
     shape where one of them was measured."""
@@ -163,7 +163,8 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS) -
                                measured_on=measured.measured_on[name], best_ms=measured.best_ms,
                                times=tuple((k, ms) for ms, k in here)))
     kernels = {name: _table_kernel(results.configs[name], gpu) for name in chosen.kernels}
-    return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms)
+    ridge = gpu.flops_per_element(dtype) if dtype else 0.0  # cuBLAS's times carried by a roofline
+    return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms, ridge)
 
 
 def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str | None = None) -> TableKernel:
@@ -255,7 +256,7 @@ def held_out(selection: Selection) -> list[HeldOut]:
     training = selection.results.without(s for s in selection.results.shapes if s not in kept)
     report = []
     for shape in selection.training:
-        others = table_from(training.without([shape]), selection.gpu, selection.max_kernels)
+        others = table_from(training.without([shape]), selection.gpu, selection.max_kernels, selection.dtype)
         measured = training.shapes[shape]
         report.append(_held_out(others, training, measured.problem, measured))
     return report

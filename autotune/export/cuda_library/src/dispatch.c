@@ -56,6 +56,14 @@ static int64_t work(const autotune_kernel* kernel, int sms, int64_t m, int64_t n
 /* m * n * k as a double, multiplied left to right: autotune.select.scaling.volume. */
 static double volume(int m, int n, int k) { return (double)m * (double)n * (double)k; }
 
+/* max(2 * m * n * k, ridge * (m * k + k * n + m * n)) as doubles, left to right:
+   autotune.select.scaling.roofline_cost. */
+static double roofline_cost(double ridge, int m, int n, int k) {
+    double flops = 2.0 * volume(m, n, k);
+    double traffic = ridge * ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
+    return flops > traffic ? flops : traffic;
+}
+
 int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas) {
     *cublas = 0;
     const autotune_rule* rule = nearest_rule(table, m, n, k);
@@ -73,9 +81,10 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
             best_ms = predicted;
         }
     }
-    /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * volume here / volume there, left to right */
+    /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * cost here / cost there, left to right */
     if (rule->cublas_ms > 0.0)
-        *cublas = best_ms > rule->cublas_ms * volume(m, n, k) / volume(rule->m, rule->n, rule->k);
+        *cublas = best_ms > rule->cublas_ms * roofline_cost(table->ridge, m, n, k) /
+                                roofline_cost(table->ridge, rule->m, rule->n, rule->k);
     if (!autotune_gemm_kernels[best].serves(m, n, k)) /* built for whole tiles, say: its build for any shape */
         best = autotune_gemm_kernels[best].any_shape;
     return best;

@@ -10,7 +10,8 @@
    tie going to the larger tuned shape, then to the earlier rule): of the kernels measured there, the
    least ms * work(m x n x k) / work(there), a tie going to the faster there, where work is the busiest
    SM's k-tiles, cdiv(blocks, sms) * k-tiles per block; and cuBLAS where that least time is more than
-   cuBLAS's time there times (m * n * k) / (m' * n' * k') (autotune.select.scaling.cublas_ms_at). The
+   cuBLAS's time there times cost(m x n x k) / cost(there), cost = max(2 * m * n * k, ridge * (m * k + k * n +
+   m * n)) (autotune.select.scaling.cublas_ms_at; ridge 0: m * n * k alone). The
    kernel returned is the one to run where cuBLAS cannot be. */
 int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas);
 

@@ -50,6 +50,7 @@ typedef struct autotune_dtype_table {
     int element_bytes;
     int cuda_data_type; /* cudaDataType of cuBLAS's gemmEx: CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF */
     int sms;            /* the SM count the rules' times scale with */
+    double ridge;       /* peak flops per element moved: cuBLAS's times are carried by a roofline (0: by m * n * k) */
     int rule_count;     /* 0: the library has no kernels of this dtype */
     const autotune_rule* rules;
 } autotune_dtype_table;
