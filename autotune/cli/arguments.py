@@ -101,10 +101,22 @@ def _clipped(text: str, length: int = 40) -> str:
     return text if len(text) <= length else text[:length - 3] + "..."
 
 
+def add_gpu_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--gpu: a GPU model or auto."""
+    parser.add_argument("--gpu", required=required, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser, device_help: str = "CUDA device index (default 0)") -> None:
+    """--jobs (compile processes) and --device (the CUDA device a GPU worker runs on)."""
+    parser.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
+                        help="parallel compile processes (default: CPU count, at most 16)")
+    parser.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
+                        default=0, help=device_help)
+
+
 def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, gpu_required: bool = True) -> None:
     """--gpu, --shape, --dtype (and --family)."""
-    parser.add_argument("--gpu", required=gpu_required,
-                        help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    add_gpu_argument(parser, gpu_required)
     parser.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     if family:

@@ -7,18 +7,17 @@ import contextlib
 import sys
 
 from autotune.cli.arguments import (
-    MAX_DEVICES,
-    MAX_JOBS,
     MAX_ROWS,
     Integer,
     Seconds,
     add_backend_argument,
     add_db_argument,
+    add_gpu_argument,
+    add_worker_arguments,
     open_store,
     requested_gpu,
 )
 from autotune.errors import InputError
-from autotune.gpu_specs import AUTO, GPUS
 from autotune.problem import DTYPES, check_dtype, dtype_runs_on
 from autotune.search.cross_dtype import CROSS_DTYPE_TOP
 from autotune.search.start import GpuRequest
@@ -31,7 +30,7 @@ def register(sub) -> None:
         epilog="example: autotune cross-dtype --gpu h200 --dtype bf16 --from-dtype f16 --top 3; then "
                "autotune table --gpu h200 --dtype bf16",
     )
-    cross.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    add_gpu_argument(cross)
     cross.add_argument("--dtype", required=True, help=f"the dtype to measure in: {', '.join(DTYPES)}")
     cross.add_argument("--from-dtype", required=True,
                        help="the dtype whose results (in the database, on this GPU) give each shape's configs")
@@ -41,10 +40,7 @@ def register(sub) -> None:
                                         "shape per line (default: every shape with --from-dtype results)")
     add_db_argument(cross)
     add_backend_argument(cross)
-    cross.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
-                       help="parallel compile processes (default: CPU count, at most 16)")
-    cross.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
-                       default=0, help="CUDA device index (default 0)")
+    add_worker_arguments(cross)
     cross.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
     cross.set_defaults(run=run)
 

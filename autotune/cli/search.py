@@ -10,7 +10,6 @@ from pathlib import Path
 
 from autotune.cli.arguments import (
     MAX_DEVICES,
-    MAX_JOBS,
     MAX_REPEATS,
     MAX_SEED,
     MAX_TRIALS,
@@ -20,6 +19,7 @@ from autotune.cli.arguments import (
     add_db_argument,
     add_problem_arguments,
     add_wide_argument,
+    add_worker_arguments,
     requested_gpu,
 )
 from autotune.cli.text import ProgressLine, paragraph, ratio_text, table, terminal_width
@@ -43,12 +43,9 @@ def register(sub) -> None:
     search.add_argument("--seed", action=Integer, least=0, most=MAX_SEED, default=0,
                         help="sampler and input seed (default 0): one process with the same seed proposes the "
                              "same configs given the same results")
-    search.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
-                        help="parallel compile processes (default: CPU count, at most 16)")
+    add_worker_arguments(search, "CUDA device index of the (first) GPU (default 0)")
     search.add_argument("--repeats", action=Integer, least=1, most=MAX_REPEATS, default=20,
                         help="timed launches per candidate (default 20)")
-    search.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
-                        default=0, help="CUDA device index of the (first) GPU (default 0)")
     search.add_argument("--workers", action=Integer, least=1, most=MAX_DEVICES, default=1,
                         help="GPU workers, one per device from --device on (default 1)")
     search.add_argument("--objective", default="time",

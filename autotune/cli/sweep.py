@@ -8,20 +8,20 @@ import time
 from typing import TextIO
 
 from autotune.cli.arguments import (
-    MAX_DEVICES,
-    MAX_JOBS,
     MAX_ROWS,
     MAX_TRIALS,
     Integer,
     Seconds,
     add_backend_argument,
     add_db_argument,
+    add_gpu_argument,
     add_wide_argument,
+    add_worker_arguments,
     requested_gpu,
 )
 from autotune.cli.text import ratio_text, table, terminal_width
 from autotune.errors import InputError
-from autotune.gpu_specs import AUTO, GPUS
+from autotune.gpu_specs import GPUS
 from autotune.problem import DTYPES, GemmProblem, make_problem
 from autotune.search.settings import SWEEP_TOP, SWEEP_TRIALS, SearchSettings, SweepSettings
 from autotune.search.start import GpuRequest, SweepRequest, choose_family, started_sweep
@@ -33,7 +33,7 @@ def register(sub) -> None:
         "sweep", help="search every shape of a set or a shape file, then time the best kernels at every shape",
         epilog="example: autotune sweep --gpu h200 --dtype f16 --shapes llm --trials 24",
     )
-    sweep.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    add_gpu_argument(sweep)
     sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     sweep.add_argument("--shapes", required=True,
                        help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
@@ -50,10 +50,7 @@ def register(sub) -> None:
     add_db_argument(sweep)
     add_backend_argument(sweep)
     add_wide_argument(sweep)
-    sweep.add_argument("--jobs", action=Integer, least=1, most=MAX_JOBS,
-                       help="parallel compile processes (default: CPU count, at most 16)")
-    sweep.add_argument("--device", action=Integer, least=0, most=MAX_DEVICES - 1, noun="a CUDA device index",
-                       default=0, help="CUDA device index (default 0)")
+    add_worker_arguments(sweep)
     sweep.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
     sweep.set_defaults(run=run)
 

@@ -9,12 +9,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import MAX_KERNELS as MOST_KERNELS
-from autotune.cli.arguments import Integer, add_db_argument, add_wide_argument, no_results_hint, open_store
+from autotune.cli.arguments import (Integer, add_db_argument, add_gpu_argument, add_wide_argument, no_results_hint,
+                                    open_store)
 from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import paragraph, terminal_width
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
-from autotune.gpu_specs import AUTO, GPUS, gpu_spec
+from autotune.gpu_specs import gpu_spec
 from autotune.problem import DTYPES
 from autotune.select.cover import MAX_KERNELS
 from autotune.shapes import SHAPE_SETS
@@ -42,7 +43,7 @@ def register(sub) -> None:
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
     """--gpu, --dtype, --hold-out, --max-kernels, --db: what a table is built from (``table`` and ``plot``)."""
-    parser.add_argument("--gpu", required=True, help=f"GPU model: {', '.join(GPUS)} or {AUTO} (the attached GPU)")
+    add_gpu_argument(parser)
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     parser.add_argument("--hold-out", metavar="FILE|SET",
                         help=f"shapes left out of the table and judged on: a shape file or {', '.join(SHAPE_SETS)} "
