@@ -22,7 +22,7 @@ import functools
 from autotune.errors import AutotuneError
 
 TENSOR_MAP_BYTES = 128
-OPERANDS = ("A", "B", "C")  # A: M x K, B: K x N, C: M x N, all row-major
+OPERANDS = ("A", "B", "C")  # A: M x K, B: K x N (N x K stored transposed, layout "nt"), C: M x N, all row-major
 SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
 _DATA_TYPES = {2: 6, 4: 7}  # element bytes -> CU_TENSOR_MAP_DATA_TYPE_FLOAT16 / FLOAT32
 _INTERLEAVE_NONE = 0
@@ -61,9 +61,9 @@ class TensorMapSpec:
         if not all(1 <= b <= MAX_BOX for b in self.box):
             raise ValueError(f"tensor map box {self.box}: each side must be 1..{MAX_BOX}")
 
-    def shape(self, m: int, n: int, k: int) -> tuple[int, int]:
-        """(rows, columns) of the operand in an M x N x K GEMM."""
-        return {"A": (m, k), "B": (k, n), "C": (m, n)}[self.operand]
+    def shape(self, m: int, n: int, k: int, b_transposed: bool = False) -> tuple[int, int]:
+        """(rows, columns) of the operand as stored in an M x N x K GEMM (B: N x K where ``b_transposed``)."""
+        return {"A": (m, k), "B": (n, k) if b_transposed else (k, n), "C": (m, n)}[self.operand]
 
 
 def fits_tma(pointer: int, columns: int, element_bytes: int) -> bool:
@@ -71,11 +71,12 @@ def fits_tma(pointer: int, columns: int, element_bytes: int) -> bool:
     return pointer % 16 == 0 and (columns * element_bytes) % 16 == 0
 
 
-def argument(spec: TensorMapSpec, pointer: int, m: int, n: int, k: int, element_bytes: int) -> bytes:
+def argument(spec: TensorMapSpec, pointer: int, m: int, n: int, k: int, element_bytes: int,
+             b_transposed: bool = False) -> bytes:
     """The 128 bytes a kernel takes for ``spec`` in an M x N x K launch whose operand starts at
     ``pointer``: the encoded map, or zeros for an operand TMA cannot address (the kernel checks
     the same condition and copies element-wise)."""
-    rows, columns = spec.shape(m, n, k)
+    rows, columns = spec.shape(m, n, k, b_transposed)
     if not fits_tma(pointer, columns, element_bytes):
         return bytes(TENSOR_MAP_BYTES)
     return encode(spec, pointer, rows, columns, element_bytes)

@@ -47,7 +47,10 @@ ELEMENTS = {
 }
 DTYPES = tuple(ELEMENTS)
 DTYPE_CHOICES = ", ".join(DTYPES)
-LAYOUTS = ("row",)
+# How A and B are stored, both row-major: "row" A (m x k) and B (k x n); "nt" A (m x k) and B transposed,
+# stored n x k (``x @ W.T`` with nn.Linear's weight W, out x in). C is m x n row-major in both.
+LAYOUTS = ("row", "nt")
+LAYOUT_CHOICES = ", ".join(LAYOUTS)
 INT32_MAX = 2**31 - 1  # kernels index A (M*K), B (K*N) and C (M*N) with 32-bit integers
 SHAPE_HELP = "a positive size like 4096 or MxNxK like 4096x4096x1024"
 SIZE_HELP = f"a shape whose M*K, K*N and M*N are at most {INT32_MAX} elements (32-bit indexing)"
@@ -58,7 +61,8 @@ _SHAPE = re.compile(r"^\s*(\d{1,30})(?:\s*[xX]\s*(\d{1,30})\s*[xX]\s*(\d{1,30}))
 class GemmProblem:
     """One GEMM: sizes, element type, layout and scalars.
 
-    A is m x k, B is k x n and C is m x n, all row-major (``layout="row"``).
+    A is m x k, B is k x n and C is m x n, all row-major (``layout="row"``); with ``layout="nt"`` B is
+    stored transposed, n x k row-major (the product ``A @ Bt.T``).
     ``dtype`` names the storage type of A, B and C; accumulation is fp32.
     """
 
@@ -80,12 +84,17 @@ class GemmProblem:
         if self.dtype not in DTYPES:
             raise InputError("--dtype", self.dtype, DTYPE_CHOICES)
         if self.layout not in LAYOUTS:
-            raise InputError("layout", self.layout, " or ".join(LAYOUTS))
+            raise InputError("--layout", self.layout, LAYOUT_CHOICES)
 
     @property
     def element(self) -> ElementType:
         """What its dtype is: storage, CUDA names, tolerance (:data:`ELEMENTS`)."""
         return ELEMENTS[self.dtype]
+
+    @property
+    def b_shape(self) -> tuple[int, int]:
+        """(rows, columns) of B as stored: k x n, or n x k for layout "nt"."""
+        return (self.n, self.k) if self.layout == "nt" else (self.k, self.n)
 
     @property
     def flops(self) -> int:
@@ -125,11 +134,11 @@ def _clipped(text: str, length: int = 40) -> str:
     return text if len(text) <= length else text[:length] + "..."
 
 
-def make_problem(shape: str, dtype: str, alpha: float = 1.0, beta: float = 0.0) -> GemmProblem:
+def make_problem(shape: str, dtype: str, alpha: float = 1.0, beta: float = 0.0, layout: str = "row") -> GemmProblem:
     """Build a problem from CLI text, with errors that name the bad value."""
     check_dtype(dtype)
     m, n, k = parse_shape(shape)
-    return GemmProblem(m, n, k, dtype=dtype, alpha=alpha, beta=beta)
+    return GemmProblem(m, n, k, dtype=dtype, layout=layout, alpha=alpha, beta=beta)
 
 
 def check_dtype(dtype: object, what: str = "--dtype") -> str:

@@ -115,13 +115,19 @@ def add_worker_arguments(parser: argparse.ArgumentParser, device_help: str = "CU
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, gpu_required: bool = True) -> None:
-    """--gpu, --shape, --dtype (and --family)."""
+    """--gpu, --shape, --dtype (and --layout and --family)."""
     add_gpu_argument(parser, gpu_required)
     parser.add_argument("--shape", required=True, help="problem size: 4096 (square) or MxNxK")
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     if family:
+        add_layout_argument(parser)
         parser.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own "
                                              "space file, e.g. ./my_space.toml (default: the one for --dtype)")
+
+
+def add_layout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layout", default="row", help="how B is stored: row (K x N, row-major like A and C) or nt "
+                                                        "(N x K: A @ B.T, nn.Linear's weight; default row)")
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:

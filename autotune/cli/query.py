@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = make_problem(args.shape, args.dtype)
+    problem = make_problem(args.shape, args.dtype, layout=args.layout)
     if (args.gpu is None) == (args.arch is None):
         raise InputError("--gpu/--arch", args.gpu or args.arch or "(neither)", "exactly one of --gpu NAME or --arch sm_XY")
     gpu = None

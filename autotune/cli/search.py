@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace and not Path(args.trace).resolve().parent.is_dir():
         raise InputError("--trace", args.trace, "a file in an existing folder")
     timeline = Timeline() if args.trace else None
-    problem = make_problem(args.shape, args.dtype)
+    problem = make_problem(args.shape, args.dtype, layout=args.layout)
     settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
                               repeats=args.repeats, objective=args.objective, sampler=args.sampler)
     request = SearchRequest(problem, args.family, GpuRequest(requested_gpu(args.gpu), args.gpu, args.device,
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _announce(search, env) -> None:
     problem, devices = search.problem, ", ".join(str(worker.device) for worker in search.workers)
-    print(f"searching {search.space.family} for {problem.shape} {problem.dtype} on {env.gpu_name} ({env.arch}), "
+    layout = f" {problem.layout}" if problem.layout != "row" else ""
+    print(f"searching {search.space.family} for {problem.shape} {problem.dtype}{layout} on {env.gpu_name} ({env.arch}), "
           f"driver {env.driver}, CUDA {env.cuda_runtime}, NVRTC {env.nvrtc}, CuPy {env.cupy}, "
           f"device{'s' if len(search.workers) > 1 else ''} {devices}", file=sys.stderr)
 

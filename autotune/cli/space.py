@@ -38,8 +38,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     gpu = offline_gpu(args.gpu)
-    problem = make_problem(args.shape, args.dtype)
-    space = choose_family(args.family, args.dtype, gpu)
+    problem = make_problem(args.shape, args.dtype, layout=args.layout)
+    space = choose_family(args.family, args.dtype, gpu, problem.layout)
     limit = _compile_limit(args.compile)
 
     with TerminalProgress() as progress:

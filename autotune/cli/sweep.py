@@ -15,6 +15,7 @@ from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_gpu_argument,
+    add_layout_argument,
     add_wide_argument,
     add_worker_arguments,
     requested_gpu,
@@ -35,6 +36,7 @@ def register(sub) -> None:
     )
     add_gpu_argument(sweep)
     sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    add_layout_argument(sweep)
     sweep.add_argument("--shapes", required=True,
                        help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
     sweep.add_argument("--trials", action=Integer, least=1, most=MAX_TRIALS, default=SWEEP_TRIALS,
@@ -58,11 +60,12 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.dtype not in DTYPES:
         raise InputError("--dtype", args.dtype, ", ".join(DTYPES))
-    problems = [make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.shapes)]
-    sources = tuple(make_problem(f"{m}x{n}x{k}", args.dtype) for m, n, k in read_shapes(args.cross_from)) \
+    problems = [make_problem(f"{m}x{n}x{k}", args.dtype, layout=args.layout) for m, n, k in read_shapes(args.shapes)]
+    sources = tuple(make_problem(f"{m}x{n}x{k}", args.dtype, layout=args.layout)
+                    for m, n, k in read_shapes(args.cross_from)) \
         if args.cross_from else ()
     requested = requested_gpu(args.gpu)
-    choose_family(args.family, args.dtype, requested or GPUS["h200"])  # a bad --family or --dtype: before the GPU
+    choose_family(args.family, args.dtype, requested or GPUS["h200"], args.layout)  # bad --family, --dtype, --layout: before the GPU
     if args.top < 0:
         raise InputError("--top", args.top, "a number >= 0 (0: no cross measurement)")
     if args.device < 0:
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout, cross_from=sources,
                              search=SearchSettings(jobs=args.jobs))
     request = SweepRequest(tuple(problems), args.dtype, args.family,
-                           GpuRequest(requested, args.gpu, args.device, args.backend), settings, args.db)
+                           GpuRequest(requested, args.gpu, args.device, args.backend), settings, args.db, args.layout)
     line = SweepLine()
     with started_sweep(request, on_progress=line.progress, on_shape=line.shape) as sweep:
         env = sweep.worker.environment()

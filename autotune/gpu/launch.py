@@ -38,7 +38,8 @@ def load_kernel(cupy, cubin: bytes, entry: str, dynamic_smem: int, opt_in: bool 
 class KernelLaunch:
     """``launch(stream_ptr, a, b, c, element_bytes, alpha, beta)``: one loaded kernel on one problem size.
 
-    ``a``, ``b`` and ``c`` are device addresses of row-major operands of ``element_bytes`` each. The
+    ``a``, ``b`` and ``c`` are device addresses of row-major operands of ``element_bytes`` each (B stored
+    N x K where ``b_transposed``: the layout the kernel is built for, which its tensor maps describe). The
     arguments live in NumPy buffers whose addresses form the kernel-parameter array, so a launch only
     rewrites what changed (the operand addresses and their tensor maps, alpha and beta) and calls
     ``cuLaunchKernel``: no per-launch argument conversion. A tensor map is encoded for each operand TMA
@@ -47,9 +48,9 @@ class KernelLaunch:
     """
 
     def __init__(self, cupy, function, grid: tuple[int, int, int], block: tuple[int, int, int], dynamic_smem: int,
-                 sizes: tuple[int, int, int], tensor_maps: tuple[TensorMapSpec, ...] = ()):
+                 sizes: tuple[int, int, int], tensor_maps: tuple[TensorMapSpec, ...] = (), b_transposed: bool = False):
         self.function, self.grid, self.block, self.dynamic_smem = function, grid, block, dynamic_smem
-        self.sizes, self.tensor_maps = sizes, tensor_maps
+        self.sizes, self.tensor_maps, self.b_transposed = sizes, tensor_maps, b_transposed
         self._launch_kernel = cupy.cuda.driver.launchKernel
         self._pointers = numpy.zeros(3, numpy.uint64)
         self._sizes = numpy.array(sizes, numpy.int32)
@@ -86,4 +87,5 @@ class KernelLaunch:
     def _encode_maps(self, a: int, b: int, c: int, element_bytes: int) -> bytes:
         operands = {"A": a, "B": b, "C": c}
         m, n, k = self.sizes
-        return b"".join(argument(spec, operands[spec.operand], m, n, k, element_bytes) for spec in self.tensor_maps)
+        return b"".join(argument(spec, operands[spec.operand], m, n, k, element_bytes, self.b_transposed)
+                        for spec in self.tensor_maps)

@@ -32,6 +32,7 @@ TINY = 1e-30  # keeps the bound positive where every term is zero
 
 # cuBLAS / CUDA ABI values (cublas_api.h, library_types.h).
 _CUBLAS_OP_N = 0
+_CUBLAS_OP_T = 1
 _CUBLAS_POINTER_MODE_HOST = 0
 _CUBLAS_COMPUTE_32F = 68
 _CUBLAS_GEMM_DEFAULT = -1
@@ -44,7 +45,7 @@ class Operands:
     """Device arrays of one GEMM: inputs, the initial C and the output buffer."""
 
     a: cupy.ndarray  # m x k, row-major
-    b: cupy.ndarray  # k x n, row-major
+    b: cupy.ndarray  # k x n, row-major; n x k for layout "nt" (GemmProblem.b_shape)
     c_init: cupy.ndarray  # m x n, the C that beta scales
     out: cupy.ndarray  # m x n, what the kernel writes
 
@@ -83,12 +84,13 @@ def make_operands(problem: GemmProblem, seed: int) -> Operands:
     def normal(rows: int, cols: int) -> cupy.ndarray:
         return narrow(rng.standard_normal((rows, cols), dtype=cupy.float32), problem.element)
 
-    a, b, c = normal(problem.m, problem.k), normal(problem.k, problem.n), normal(problem.m, problem.n)
+    a, b, c = normal(problem.m, problem.k), normal(*problem.b_shape), normal(problem.m, problem.n)
     return Operands(a, b, c, cupy.empty((problem.m, problem.n), dtype=dtype))
 
 
 class CublasGemm:
-    """``c = alpha * a @ b + beta * c`` (row-major) as one cuBLAS ``gemmEx`` call.
+    """``c = alpha * a @ b + beta * c`` (row-major) as one cuBLAS ``gemmEx`` call; with ``transpose_b``,
+    ``b`` is stored n x k and the product is ``a @ b.T`` (layout "nt").
 
     fp32, fp16 and bf16 storage, fp32 compute (no TF32). Arguments are prepared once so
     a call costs the host little; the call is enqueued on the current stream. ``element``
@@ -96,11 +98,11 @@ class CublasGemm:
     """
 
     def __init__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray, alpha: float, beta: float,
-                 element: ElementType | None = None):
+                 element: ElementType | None = None, transpose_b: bool = False):
         m, k = a.shape
-        n = b.shape[1]
-        if b.shape[0] != k or c.shape != (m, n):
-            raise ValueError(f"shapes do not chain: {a.shape} @ {b.shape} -> {c.shape}")
+        n = b.shape[0] if transpose_b else b.shape[1]
+        if b.shape != ((n, k) if transpose_b else (k, n)) or c.shape != (m, n):
+            raise ValueError(f"shapes do not chain: {a.shape} @ {b.shape}{'.T' if transpose_b else ''} -> {c.shape}")
         if element is not None and a.dtype == numpy.dtype(element.storage):
             cuda_type = element.cuda_data_type
         elif element is None and a.dtype in _CUDA_TYPES:
@@ -118,10 +120,11 @@ class CublasGemm:
         self._keep = (a, b, c)
         self._scalars = numpy.array([alpha, beta], dtype=numpy.float32)
         alpha_ptr = self._scalars.ctypes.data
-        # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, ld = row length.
+        # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, ld = row length. A row-major
+        # n x k B (transpose_b) is a column-major k x n matrix, which cuBLAS transposes (ld k).
         self._args = (
-            _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k,
-            alpha_ptr, b.data.ptr, cuda_type, n,
+            _CUBLAS_OP_T if transpose_b else _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k,
+            alpha_ptr, b.data.ptr, cuda_type, k if transpose_b else n,
             a.data.ptr, cuda_type, k,
             alpha_ptr + 4, c.data.ptr, cuda_type, n,
             _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT,
@@ -133,12 +136,17 @@ class CublasGemm:
         self._cublas.gemmEx(handle, *self._args)
 
 
+def transposes_b(problem: GemmProblem) -> bool:
+    """Whether ``problem``'s B is stored transposed (layout "nt"), as :class:`CublasGemm` takes it."""
+    return problem.layout == "nt"
+
+
 def reference(problem: GemmProblem, operands: Operands) -> cupy.ndarray:
     """``alpha * A @ B + beta * C_init`` by cuBLAS in fp32 (fp16 and bf16 inputs widened first, exactly)."""
     a = widen(operands.a, problem.element)
     b = widen(operands.b, problem.element)
     ref = widen(operands.c_init, problem.element).copy()  # always a copy: cuBLAS writes it
-    CublasGemm(a, b, ref, problem.alpha, problem.beta)()
+    CublasGemm(a, b, ref, problem.alpha, problem.beta, transpose_b=transposes_b(problem))()
     return ref
 
 
@@ -160,7 +168,7 @@ def error_bound(
     abs_b = cupy.abs(widen(operands.b, element))
     abs_c = cupy.abs(widen(operands.c_init, element))
     scale = abs(problem.beta) * abs_c
-    CublasGemm(abs_a, abs_b, scale, abs(problem.alpha), 1.0)()
+    CublasGemm(abs_a, abs_b, scale, abs(problem.alpha), 1.0, transpose_b=transposes_b(problem))()
     bound = (tol_factor * problem.k * FP32_EPS) * scale
     if element.unit_roundoff:
         bound += (tol_factor * element.unit_roundoff) * (cupy.abs(ref) + abs(problem.beta) * abs_c)
@@ -225,7 +233,7 @@ class OperandCache:
         self._references: dict[tuple[float, float], tuple[cupy.ndarray, cupy.ndarray]] = {}
 
     def operands(self, problem: GemmProblem, seed: int) -> Operands:
-        key = (problem.m, problem.n, problem.k, problem.dtype, seed)
+        key = (problem.m, problem.n, problem.k, problem.dtype, problem.layout, seed)
         if key != self._key:
             self._operands, self._references, self._key = None, {}, None
             cupy.get_default_memory_pool().free_all_blocks()

@@ -508,13 +508,14 @@ class ResultStore:
                      for env in map(rows.environment_record, session.scalars(query))}
         return sorted(found)
 
-    def problems(self, gpu_key: str, dtype: str) -> list[GemmProblem]:
-        """Every problem of ``dtype`` with a candidate measurement on ``gpu_key``."""
+    def problems(self, gpu_key: str, dtype: str, layout: str = "row") -> list[GemmProblem]:
+        """Every problem of ``dtype`` and ``layout`` with a candidate measurement on ``gpu_key``."""
         query = (
             select(Problem).distinct()
             .join(Measurement, Measurement.problem_id == Problem.id)
             .join(Environment, Measurement.environment_id == Environment.id)
-            .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Measurement.implementation == CANDIDATE)
+            .where(Environment.gpu_key == gpu_key, Problem.dtype == dtype, Problem.layout == layout,
+                   Measurement.implementation == CANDIDATE)
         )
         with self._reading() as session:
             stored = [rows.gemm_problem(row) for row in session.scalars(query)]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from autotune.errors import GpuMismatchError, InputError
 from autotune.gpu_specs import FAKE_SUFFIX, GPUS, GpuSpec, spec_from_properties
-from autotune.problem import GemmProblem, check_dtype, dtype_runs_on
+from autotune.problem import LAYOUT_CHOICES, LAYOUTS, GemmProblem, check_dtype, dtype_runs_on
 from autotune.records import Environment
 from autotune.search.draws import FeasibleDraws, Opening, opening_size, stream_seed
 from autotune.search.objective import make_objective
@@ -63,7 +63,7 @@ class SearchRequest:
         if self.settings.sampler not in SAMPLERS:
             raise InputError("--sampler", self.settings.sampler, ", ".join(SAMPLERS))
         if self.family:
-            choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"])
+            choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"], self.problem.layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,7 @@ class SweepRequest:
     gpu: GpuRequest
     settings: SweepSettings
     db: str | None = None
+    layout: str = "row"
 
 
 # -- starting -------------------------------------------------------------------------------------
@@ -95,14 +96,14 @@ def started_search(request: SearchRequest, timeline: Timeline | None = None,
             workers, pool = start_processes(request.gpu, request.workers, settings.jobs, stack)
         requested = request.gpu.requested
         with span(timeline, SEARCH, "choose family"):  # the GPU model is known: choose now
-            space = choose_family(request.family, problem.dtype, requested) if requested else None
+            space = choose_family(request.family, problem.dtype, requested, problem.layout) if requested else None
         gpu = simulated(requested, request.gpu.backend) if requested else None
         opening = draw_opening(pool, space, gpu, problem, settings, request.gpu.device) if space else None
         from autotune.search.search import Search  # Optuna and the database load while the processes start
 
         if gpu is None:
             gpu = attached_gpu_spec(None, workers[0].environment(), request.gpu.name, workers[0].device_properties())
-            space = choose_family(request.family, problem.dtype, gpu)
+            space = choose_family(request.family, problem.dtype, gpu, problem.layout)
 
         def on_start(env: Environment) -> None:
             check_attached(requested, env)
@@ -125,7 +126,7 @@ def started_sweep(request: SweepRequest, on_progress: Callable[[SweepProgress], 
 
         gpu = attached_gpu_spec(request.gpu.requested, worker.environment(), request.gpu.name,
                                 worker.device_properties())
-        space = choose_family(request.family, request.dtype, gpu)
+        space = choose_family(request.family, request.dtype, gpu, request.layout)
         store = stack.enter_context(_open_store(request.db))
         yield Sweep(space, gpu, request.problems, store, worker, pool, request.settings, on_progress=on_progress,
                     on_shape=on_shape)
@@ -212,24 +213,32 @@ def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
     return dataclasses.replace(gpu, key=env.gpu_key) if simulated_gpu else gpu
 
 
-def choose_family(family: str | None, dtype: str, gpu: GpuSpec) -> SearchSpace:
+def choose_family(family: str | None, dtype: str, gpu: GpuSpec, layout: str = "row") -> SearchSpace:
     """``family`` (a shipped family's name or the path of a space file, see
-    :func:`~autotune.space.family.resolve_family`), which must be one for ``dtype``; or the
-    highest-priority family for ``dtype`` that can run on ``gpu``."""
+    :func:`~autotune.space.family.resolve_family`), which must be one for ``dtype`` and ``layout``; or
+    the highest-priority family for both that can run on ``gpu``."""
     check_dtype(dtype)
+    if layout not in LAYOUTS:
+        raise InputError("--layout", layout, LAYOUT_CHOICES)
     dtype_runs_on(dtype, gpu.arch, gpu.key)
     if family:
         space = resolve_family(family)
         if dtype not in space.dtypes:
             raise InputError("--family", family, f"a family for {dtype} ({space.family} serves "
                              f"{', '.join(space.dtypes)}): " + ", ".join(families_for_dtype(dtype)))
-        return space.for_dtype(dtype)
-    families = families_for_dtype(dtype)
+        if layout not in space.layouts:
+            raise InputError("--family", family, f"a family for layout {layout} ({space.family} serves "
+                             f"{', '.join(space.layouts)}): " + ", ".join(families_for_dtype(dtype, layout)))
+        return space.for_dtype(dtype).for_layout(layout)
+    families = families_for_dtype(dtype, layout)
     if not families:
+        if families_for_dtype(dtype):
+            raise InputError("--layout", layout, f"a layout a {dtype} family serves: "
+                             + ", ".join(sorted({lay for f in families_for_dtype(dtype) for lay in load_space(f).layouts})))
         raise InputError("--dtype", dtype, "a dtype with a search space: "
                          + ", ".join(sorted({d for f in shipped_families() for d in load_space(f).dtypes})))
     for name in families:
-        space = load_space(name, dtype)
+        space = load_space(name, dtype, layout)
         if survey(space, gpu, limit=1).feasible:
             return space
-    return load_space(families[0], dtype)
+    return load_space(families[0], dtype, layout)

@@ -55,7 +55,7 @@ from autotune.errors import InputError, SpaceError
 from autotune.expression import Expression, Reason, check_name
 from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel_abi import OPERANDS, TensorMapSpec
-from autotune.problem import DTYPES, ELEMENTS, GemmProblem
+from autotune.problem import DTYPES, ELEMENTS, LAYOUTS, GemmProblem
 
 KB = 1024
 
@@ -72,11 +72,15 @@ class Config:
     # The dtype it is built for where its family serves several and this is not the first (bf16 of an
     # fp16 family); empty for the first. A kernel of another dtype is another kernel: its name ends in it.
     other_dtype: str = ""
+    # The layout it is built for ("nt": B stored transposed); a kernel of another layout is another kernel,
+    # whose name ends in it. "row", the layout every family serves, adds nothing.
+    layout: str = "row"
 
     @property
     def name(self) -> str:
         knobs = "_".join(f"{knob.lower()}{value}" for knob, value in self.params)
-        return f"{self.family}_{knobs}" + (f"_{self.other_dtype}" if self.other_dtype else "")
+        return (f"{self.family}_{knobs}" + (f"_{self.other_dtype}" if self.other_dtype else "")
+                + (f"_{self.layout}" if self.layout != "row" else ""))
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.params)
@@ -157,6 +161,9 @@ class _TensorMapEntry:
 
 
 ARCH_SUFFIXES = ("", "a", "f")
+# Names every expression and template of a space may read besides its knobs and derived values: the
+# layout of the space's builds (B_TRANSPOSED 1 for "nt", B stored n x k), bound before any knob.
+LAYOUT_NAMES = ("B_TRANSPOSED",)
 MAX_KNOB_VALUE = 2**31 - 1
 _LAUNCH_KEYS = ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")
 _LAUNCH_MINIMA = {"block": 1, "grid_x": 1, "grid_y": 1}  # the others: 0
@@ -183,7 +190,7 @@ class SearchSpace:
 
     def __init__(self, path: Path, templates: Path | None = None):
         self.path = Path(path)
-        self._for_dtype: dict[str, SearchSpace] = {}  # this family's spaces for its other dtypes, made once
+        self._variants: dict[tuple[str, str], SearchSpace] = {}  # this family's spaces per (dtype, layout), made once
         try:
             text = self.path.read_text()
             data = tomllib.loads(text)
@@ -193,6 +200,7 @@ class SearchSpace:
         where = self.path.name
         try:
             self._read_header(data, where, templates)
+            self._variants[(self.dtype, self.layout)] = self
             self.knobs: dict[str, tuple[int, ...]] = {
                 check_name("knob", name, f"{where} [knobs]"): _knob_values(name, values, where)
                 for name, values in _table(data, "knobs", where).items()
@@ -201,7 +209,7 @@ class SearchSpace:
                 raise SpaceError(f"{where}: [knobs] is empty")
             self.defaults: dict[str, int] = self._read_defaults(_table(data, "defaults", where, {}), where)
             self.derived = self._read_derived(_table(data, "derived", where, {}), where)
-            names = frozenset(self.knobs) | frozenset(self.derived)
+            names = frozenset(self.knobs) | frozenset(self.derived) | frozenset(LAYOUT_NAMES)
             self.rules = [_rule(entry, f"{where} [[rules]] {i}", names)
                           for i, entry in enumerate(_list(data, "rules", where))]
             self.specialized = self._read_specialized(_table(data, "specialize", where, {}), where, names)
@@ -233,6 +241,8 @@ class SearchSpace:
         self.family: str = check_name("family", data["family"], where)
         self.dtypes: tuple[str, ...] = _read_dtypes(data, where)
         self.dtype: str = self.dtypes[0]  # the dtype this space's configs are built for (:meth:`for_dtype`)
+        self.layouts: tuple[str, ...] = _read_layouts(data, where)
+        self.layout: str = "row"  # the layout this space's configs are built for (:meth:`for_layout`)
         self.template: str = data["template"]
         if not isinstance(self.template, str) or not _TEMPLATE_NAME.fullmatch(self.template) or ".." in self.template:
             raise SpaceError(f"{where}: template {_shown(self.template)} is not a file name (letters, digits, _ . -)")
@@ -275,7 +285,7 @@ class SearchSpace:
             check_name("derived value", name, f"{where} [derived]")
             if name in self.knobs or name in derived:
                 raise SpaceError(f"{where}: [derived] {name} is already a knob or a derived value")
-            derived[name] = Expression(text, f"{where} [derived] {name}", [*self.knobs, *derived])
+            derived[name] = Expression(text, f"{where} [derived] {name}", [*self.knobs, *derived, *LAYOUT_NAMES])
         return derived
 
     def _read_specialized(self, table: dict, where: str, names: frozenset[str]) -> dict[str, Expression]:
@@ -306,22 +316,42 @@ class SearchSpace:
         Raises:
             InputError: the family does not serve ``dtype`` (the error lists the dtypes it does).
         """
-        if dtype == self.dtype:
-            return self
         if dtype not in self.dtypes:
             raise InputError("dtype", dtype, f"a dtype {self.family} serves: {', '.join(self.dtypes)}")
-        other = self._for_dtype.get(dtype)
+        return self._variant(dtype, self.layout)
+
+    def for_layout(self, layout: str) -> SearchSpace:
+        """This family's space for ``layout``, one it serves (``layouts = ["row", "nt"]`` in its file): its
+        configs render with ``B_TRANSPOSED`` set for that layout and, where it is not "row", are named for it
+        (``..._nt``).
+
+        Raises:
+            InputError: the family does not serve ``layout`` (the error lists the layouts it does).
+        """
+        if layout not in self.layouts:
+            raise InputError("--layout", layout, f"a layout {self.family} serves: {', '.join(self.layouts)}")
+        return self._variant(self.dtype, layout)
+
+    def _variant(self, dtype: str, layout: str) -> SearchSpace:
+        if (dtype, layout) == (self.dtype, self.layout):
+            return self
+        other = self._variants.get((dtype, layout))
         if other is None:
-            other = copy.copy(self)
-            other.dtype = dtype
-            other.seeds = [dataclasses.replace(seed, other_dtype=other.other_dtype) for seed in self.seeds]
-            self._for_dtype[dtype] = other
+            other = copy.copy(self)  # shares _variants: every variant finds the others
+            other.dtype, other.layout = dtype, layout
+            other.seeds = [dataclasses.replace(seed, other_dtype=other.other_dtype, layout=layout)
+                           for seed in self.seeds]
+            self._variants[(dtype, layout)] = other
         return other
 
     @property
     def other_dtype(self) -> str:
         """:attr:`Config.other_dtype` of this space's configs: its dtype where that is not the family's first."""
         return "" if self.dtype == self.dtypes[0] else self.dtype
+
+    def layout_values(self) -> dict[str, int]:
+        """The values of :data:`LAYOUT_NAMES` for this space's layout (``B_TRANSPOSED``)."""
+        return {"B_TRANSPOSED": int(self.layout == "nt")}
 
     def element_variables(self) -> dict[str, str]:
         """The template variables naming the element type of :attr:`dtype` (``ELEMENT``, ``ELEMENT_PTX``,
@@ -354,13 +384,13 @@ class SearchSpace:
             if type(value) is not int or value not in choices:
                 raise InputError(knob, value, ", ".join(map(str, choices)))
             params.append((knob, value))
-        return Config(self.family, tuple(params), self.other_dtype)
+        return Config(self.family, tuple(params), self.other_dtype, self.layout)
 
     def __iter__(self) -> Iterator[Config]:
         """Every combination of knob values, in a deterministic order."""
         names = list(self.knobs)
         for combo in itertools.product(*self.knobs.values()):
-            yield Config(self.family, tuple(zip(names, combo)), self.other_dtype)
+            yield Config(self.family, tuple(zip(names, combo)), self.other_dtype, self.layout)
 
     @property
     def size(self) -> int:
@@ -395,7 +425,7 @@ class SearchSpace:
 
     def values(self, config: Config, gpu: GpuSpec, problem: GemmProblem | None = None) -> dict[str, Any]:
         """Knob values plus derived values (None where a derivation divides by zero)."""
-        names: dict[str, Any] = {"gpu": gpu, "problem": problem, **config.as_dict()}
+        names: dict[str, Any] = {"gpu": gpu, "problem": problem, **self.layout_values(), **config.as_dict()}
         for name, expression in self.derived.items():
             names[name] = expression(names)
         return names
@@ -403,7 +433,7 @@ class SearchSpace:
     def check(self, config: Config, gpu: GpuSpec, problem: GemmProblem | None = None) -> Verdict:
         """Apply the static rules and the shared-memory rule; say why a config is rejected."""
         names = self.values(config, gpu, problem)
-        plain = {k: v for k, v in names.items() if k not in ("gpu", "problem")}
+        plain = {k: v for k, v in names.items() if k not in ("gpu", "problem", *LAYOUT_NAMES)}
         element = ELEMENTS[self.dtype]
         if gpu.arch < element.min_arch:
             return Verdict(config, plain, f"{self.dtype} needs sm_{element.min_arch} or newer "
@@ -596,6 +626,19 @@ def _read_dtypes(data: dict, where: str) -> tuple[str, ...]:
     return tuple(dtypes)
 
 
+def _read_layouts(data: dict, where: str) -> tuple[str, ...]:
+    """The layouts a family serves: ``layouts = ["row", "nt"]``; by default "row" alone, which every
+    family must serve (its configs' names carry no layout)."""
+    layouts = data.get("layouts", ["row"])
+    if not isinstance(layouts, list) or "row" not in layouts or len(set(map(str, layouts))) != len(layouts):
+        raise SpaceError(f"{where}: layouts {_shown(layouts)}: expected a list of distinct layouts with \"row\", "
+                         "e.g. [\"row\", \"nt\"]")
+    for layout in layouts:
+        if layout not in LAYOUTS:
+            raise SpaceError(f"{where}: layout {_shown(layout)}: expected one of {', '.join(LAYOUTS)}")
+    return tuple(layouts)
+
+
 def _knob_values(name: str, values: object, where: str) -> tuple[int, ...]:
     """A knob's values: a non-empty list of distinct integers 0..2**31-1 (they become part of kernel names)."""
     if not isinstance(values, list) or not values:
@@ -640,9 +683,9 @@ def space_path(family: str) -> Path:
     return data_dir("search_spaces") / f"{family}.toml"
 
 
-def load_space(family: str, dtype: str | None = None) -> SearchSpace:
+def load_space(family: str, dtype: str | None = None, layout: str = "row") -> SearchSpace:
     """The space of a shipped kernel family, by name, e.g. ``"sgemm"``; never a path; for ``dtype``
-    (:meth:`SearchSpace.for_dtype`), by default the family's first.
+    (:meth:`SearchSpace.for_dtype`), by default the family's first, and ``layout`` (:meth:`SearchSpace.for_layout`).
 
     This is what names read from results files and databases go through.
 
@@ -653,7 +696,8 @@ def load_space(family: str, dtype: str | None = None) -> SearchSpace:
     if not isinstance(family, str) or family not in shipped_families():
         raise InputError("family", family, ", ".join(shipped_families()))
     space = _load_shipped(family)
-    return space if dtype is None else space.for_dtype(dtype)
+    space = space if dtype is None else space.for_dtype(dtype)
+    return space if layout == "row" else space.for_layout(layout)
 
 
 @functools.cache
@@ -707,7 +751,8 @@ def _shipped_example(text: str) -> Path | None:
         return None
 
 
-def families_for_dtype(dtype: str) -> list[str]:
-    """Shipped kernel families whose space file declares ``dtype``, highest priority first."""
-    names = [name for name in shipped_families() if dtype in load_space(name).dtypes]
+def families_for_dtype(dtype: str, layout: str = "row") -> list[str]:
+    """Shipped kernel families whose space file declares ``dtype`` and ``layout``, highest priority first."""
+    names = [name for name in shipped_families()
+             if dtype in load_space(name).dtypes and layout in load_space(name).layouts]
     return sorted(names, key=lambda name: (-load_space(name).priority, name))

@@ -51,9 +51,9 @@ from autotune.errors import SpaceError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import ELEMENTS, GemmProblem
 from autotune.progress import ProgressCallback, no_progress
-from autotune.space.family import Config, Rule, SearchSpace, Verdict
+from autotune.space.family import LAYOUT_NAMES, Config, Rule, SearchSpace, Verdict
 
-_CONTEXT = ("gpu", "problem")  # bound before any knob
+_CONTEXT = ("gpu", "problem", *LAYOUT_NAMES)  # bound before any knob
 TRIAL_BUDGET = 250_000  # derived-value evaluations spent on showing that none fails, before a pruned walk
 WORK_BUDGET = 10_000_000  # steps of one walk (knob values bound, verdicts made), about a minute; sgemm takes 4 million
 PROGRESS_STEPS = 1 << 16  # steps between two reports to a progress callback
@@ -103,7 +103,7 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
         return Survey([], [Rejection(f"{space.dtype} needs sm_{element.min_arch} or newer ({gpu.key} is "
                                      f"sm_{gpu.arch})", space.size)], 0)
     plan = _Plan(space, space.rules_for(problem))
-    context = {"gpu": gpu, "problem": problem}
+    context = {"gpu": gpu, "problem": problem, **space.layout_values()}
     kept = None if keep is None else sorted(set(keep))
     progress(CHECKING, 0, space.size)
     with _no_cycle_collection():
@@ -313,12 +313,12 @@ class _Walk:
             rest = itertools.islice(itertools.product(*choices), count)
         else:
             rest = (_nth_product(choices, offset) for offset in self._kept(count))
-        family, other_dtype = self.space.family, self.space.other_dtype
+        family, other_dtype, layout = self.space.family, self.space.other_dtype, self.space.layout
         for pairs in rest:
             self._step()
             config_values = values.copy()
             config_values.update(pairs)
-            self.feasible.append(Verdict(Config(family, bound + pairs, other_dtype), config_values, None))
+            self.feasible.append(Verdict(Config(family, bound + pairs, other_dtype, layout), config_values, None))
         self.found += count
 
 
@@ -402,13 +402,13 @@ class _PrunedWalk(_Walk):
         self.found += found
         pair = self.pairs[depth]
         changed = {pair[0]: pair[1], **{name: self.names[name] for name in self.plan.derived_at[depth + 1]}}
-        family, other_dtype = self.space.family, self.space.other_dtype
+        family, other_dtype, layout = self.space.family, self.space.other_dtype, self.space.layout
         for verdict in verdicts:
             params = verdict.config.params
             values = verdict.values.copy()
             values.update(changed)
-            self.feasible.append(Verdict(Config(family, params[:depth] + (pair,) + params[depth + 1:], other_dtype), values,
-                                                None))
+            config = Config(family, params[:depth] + (pair,) + params[depth + 1:], other_dtype, layout)
+            self.feasible.append(Verdict(config, values, None))
         for rejection, count in counts:
             rejection.count += count
 
