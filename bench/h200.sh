@@ -2,9 +2,9 @@
 # The project's GPU check, run on an H200 from the repository root.
 #
 #   bench/h200.sh tests                 the GPU test suite (pytest -m gpu; TESTS_K=EXPR selects with -k)
-#   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]...  searches, e.g. 4096:150 1024:100:f16
-#                                       4096:60:f16:pareto (f32 and time by default; SEARCH_TIMEOUT=S
-#                                       limits each search to S seconds)
+#   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE[:LAYOUT]]]...  searches, e.g. 4096:150 1024:100:f16
+#                                       4096:60:f16:pareto 4096:60:f16:time:nt (f32, time and row by default;
+#                                       SEARCH_TIMEOUT=S limits each search to S seconds)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh ratio DTYPE:SIZE[:CONFIG]...  the best config (or the config named) against cuBLAS, 10 rounds,
@@ -96,10 +96,10 @@ while [ $# -gt 0 ]; do
         ;;
     search)
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
-            IFS=: read -r size trials dtype objective <<< "$1"; shift
-            dtype=${dtype:-f32}; objective=${objective:-time}
-            python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --trials "$trials" \
-                --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_$objective.log" || status=1
+            IFS=: read -r size trials dtype objective layout <<< "$1"; shift
+            dtype=${dtype:-f32}; objective=${objective:-time}; layout=${layout:-row}
+            python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --layout "$layout" --trials "$trials" \
+                --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_${objective}_$layout.log" || status=1
         done
         ;;
     ladder|energy|ratio)
