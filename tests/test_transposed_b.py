@@ -93,3 +93,65 @@ def test_an_nt_search_records_and_queries_its_layout(tmp_path):
     assert rows and all(row["config"].endswith("_nt") for row in rows)
     row_layout = autotune("query", "--gpu", "h200-fake", *shape, "--db", db)
     assert row_layout.returncode == 0 and "no results" in row_layout.stdout
+
+
+# -- the runtime: b = W.T of a row-major W goes to the table's nt kernels -------------------------------------
+
+
+def _nt_table():
+    from autotune.kernel.contract import LaunchContract
+    from autotune.select.kernel_table import DtypeTable, KernelTable, TableKernel, TableRule
+
+    def kernel(name, layout):
+        launch = LaunchContract(entry=name, target="sm_90", block=(256, 1, 1),
+                                grid=("cdiv(N, 64)", "cdiv(M, 64)", "1"), dynamic_smem=0, opt_in=False)
+        return TableKernel(name=name, family="sgemm", params={}, template_hash="0" * 16, launch=launch, layout=layout)
+
+    def table(name, layout):
+        rule = TableRule(64, 64, 64, name, ms=0.005, cublas_ms=0.02, measured_on="NVIDIA H200")
+        return {"f32": DtypeTable((kernel(name, layout),), (rule,))}
+
+    return KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=table("rowk", "row"),
+                       other_layouts={"nt": table("ntk", "nt")})
+
+
+def test_the_runtime_sends_a_transposed_b_to_the_nt_kernels():
+    import numpy
+
+    from autotune.runtime import Runtime
+    from autotune.runtime.devices import HostDevice
+
+    device = HostDevice()
+    rt = Runtime(device, (_nt_table(), "test table"))
+    rng = numpy.random.default_rng(3)
+    x, w = rng.standard_normal((70, 60), numpy.float32), rng.standard_normal((50, 60), numpy.float32)
+    out = rt.gemm(x, w.T)  # x @ W.T, W stored out x in
+    assert numpy.allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
+    assert device.calls[-1][:2] == ("kernel", "ntk")
+    decision = rt.explain(x, w.T)
+    assert decision.layout == "nt" and "70x50x60 nt" in str(decision)
+    rt.gemm(x, numpy.ascontiguousarray(w.T))
+    assert device.calls[-1][:2] == ("kernel", "rowk")
+    strided = rng.standard_normal((50, 120), numpy.float32)[:, ::2]  # neither layout: cuBLAS, saying why
+    decision = rt.explain(x, strided.T)
+    assert decision.uses_cublas and "b is not C-contiguous" in decision.reason
+
+
+def test_a_table_without_nt_kernels_says_so_and_round_trips_its_layouts(tmp_path):
+    import dataclasses
+
+    from autotune.runtime import Runtime
+    from autotune.runtime.devices import HostDevice
+    from autotune.select.kernel_table import read_table
+
+    import numpy
+
+    table = _nt_table()
+    path = tmp_path / "table.json"
+    table.write(path, with_cubins=False)
+    again = read_table(path)
+    assert again.for_layout("nt")["f32"].kernels[0].layout == "nt" and again.to_dict() == table.to_dict()
+    rt = Runtime(HostDevice(), (dataclasses.replace(table, other_layouts={}), "test table"))
+    x, w = numpy.ones((64, 64), numpy.float32), numpy.ones((64, 64), numpy.float32)
+    decision = rt.explain(x, w[:, :32].T.copy().T)  # a transposed view
+    assert decision.uses_cublas and "no f32 kernels for b stored transposed" in decision.reason

@@ -79,11 +79,11 @@ class Runtime:
 
         self.tuner = Tuner(settings, commands, self._table_again, cache_dir() / "tuning" / f"{os.getpid()}.log")
 
-    def _table_again(self, dtype: str, shape: tuple[int, int, int]) -> None:
+    def _table_again(self, dtype: str, shape: tuple[int, int, int], layout: str = "row") -> None:
         """Build the table again (a search at ``shape`` has added results), load the kernel it picks there,
         and use the table for the calls that follow."""
         choice = choose_table(self.device.name, self.device.arch, self.device.index, self._loaded)
-        dtype_table = choice.table.dtypes.get(dtype) if choice.table is not None else None
+        dtype_table = choice.table.for_layout(layout).get(dtype) if choice.table is not None else None
         if dtype_table is not None and dtype_table.rules and not dtype_table.outside(*shape):
             pick = dtype_table.pick(*shape)
             if not pick.cublas:
@@ -149,7 +149,8 @@ class Runtime:
     def kernel_rows(self, dtype: Any, n: int, k: int, host: HostCost | None = None,
                     row_major: bool = True) -> int | None:
         """From how many rows of ``x`` :meth:`gemm_tensors` may run a tuned kernel for ``x @ w`` (``w`` a
-        ``k x n`` tensor of torch ``dtype``, row-major or not), judged at PROBED_ROWS (1 to 16384); None: at none.
+        ``k x n`` tensor of torch ``dtype``, row-major, or not: the transpose of a row-major ``n x k`` one, as
+        nn.Linear's ``weight.T``), judged at PROBED_ROWS (1 to 16384); None: at none.
 
         With ``host`` counted, a kernel can only win where cuBLAS's predicted time exceeds the host's time to
         the kernel; the answer is the fewest probed rows from which it does at every probe above, where a
@@ -160,8 +161,8 @@ class Runtime:
             element = torch_element(dtype)
             decisions = []
             for m in PROBED_ROWS:
-                operands = [Operand(None, shape, element, layout, 0, self.device.index)
-                            for shape, layout in (((m, k), True), ((k, n), row_major), ((m, n), True))]
+                operands = [Operand(None, shape, element, rows_first, 0, self.device.index, not rows_first)
+                            for shape, rows_first in (((m, k), True), ((k, n), row_major), ((m, n), True))]
                 decisions.append((m, net_of_host_cost(decide(self.choice, *operands), host)))
             rows = None
             for m, decision in reversed(decisions):
@@ -193,12 +194,12 @@ class Runtime:
 
     def _decide(self, a: Operand, b: Operand, c: Operand) -> Decision:
         key = (a.shape, b.shape, c.shape, a.element, b.element, c.element, a.row_major, b.row_major,
-               c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device)
+               b.column_major, c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device)
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._decisions[key] = decide(self.choice, a, b, c)
             tuner = self.tuner
-            if decision.missed and tuner is not None:
+            if decision.missed and tuner is not None and decision.layout == "row":  # searches tune layout row
                 tuner.request(decision.dtype, decision.shape)
         return decision
 

@@ -139,7 +139,7 @@ class CupyDevice:
         """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""
         function = self._functions.get(kernel.name) or self._load(kernel, arch)
         launch = KernelLaunch(self.cupy, function, kernel.launch.grid_for(m, n, k), kernel.launch.block,
-                              kernel.launch.dynamic_smem, (m, n, k), kernel.launch.tensor_maps)
+                              kernel.launch.dynamic_smem, (m, n, k), kernel.launch.tensor_maps, kernel.layout == "nt")
         self._launches[(kernel.name, m, n, k)] = launch
         return launch
 

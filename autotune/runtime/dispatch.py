@@ -44,6 +44,7 @@ class Decision:
     table_note: str
     pick: TablePick | None = None
     missed: bool = False  # a tuned kernel could serve the call, but the table was not tuned at its shape
+    layout: str = "row"  # "nt": b is the transpose of a row-major n x k matrix (x @ W.T)
 
     @property
     def uses_cublas(self) -> bool:
@@ -51,7 +52,7 @@ class Decision:
 
     def __str__(self) -> str:
         m, n, k = self.shape
-        head = f"{self.dtype} {m}x{n}x{k}: "
+        head = f"{self.dtype} {m}x{n}x{k}{' nt' if self.layout == 'nt' else ''}: "
         if self.kernel is None:
             return head + f"cuBLAS, because {self.reason} ({self.table_note})"
         return head + f"{self.kernel.name}, {self.reason} ({self.table_note})"
@@ -77,9 +78,10 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     """The kernel for ``c = alpha * a @ b + beta * c``, or why cuBLAS runs it."""
     shape = gemm_shape(a, b, c)
     dtype = a.dtype
+    layout = "nt" if not b.row_major and b.column_major else "row"  # b = W.T of a row-major W: B stored n x k
 
     def fallback(reason: str, missed: bool = False) -> Decision:
-        return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note, missed=missed)
+        return Decision(dtype or a.dtype_name, shape, None, None, reason, choice.note, missed=missed, layout=layout)
 
     if not (a.element == b.element == c.element):
         return fallback(f"the dtypes differ ({a.dtype_name}, {b.dtype_name}, {c.dtype_name}); tuned kernels take "
@@ -87,8 +89,9 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     if dtype is None:
         return fallback(f"no tuned kernel takes {a.dtype_name} ({TAKEN} do)")
     for name, operand in (("a", a), ("b", b), ("out", c)):
-        if not operand.row_major:
-            return fallback(f"{name} is not C-contiguous (row-major); tuned kernels take row-major matrices")
+        if not operand.row_major and not (name == "b" and layout == "nt"):
+            return fallback(f"{name} is not C-contiguous (row-major); tuned kernels take row-major matrices, and "
+                            "b also as the transpose of one (W.T)")
         if operand.pointer % ALIGNMENT:
             return fallback(f"{name} starts at an address that is not {ALIGNMENT}-byte aligned")
     m, n, k = shape
@@ -97,9 +100,10 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     table = choice.table
     if table is None:
         return fallback("no tuned results are known for this GPU", missed=True)
-    dtype_table = table.dtypes.get(dtype)
+    dtype_table = table.for_layout(layout).get(dtype)
     if dtype_table is None or not dtype_table.rules:
-        return fallback(f"the table for {table.scope} has no {dtype} kernels", missed=True)
+        transposed = " for b stored transposed (layout nt)" if layout == "nt" else ""
+        return fallback(f"the table for {table.scope} has no {dtype} kernels{transposed}", missed=True)
     outside = dtype_table.outside(m, n, k)
     if outside:
         return fallback(outside, missed=True)
@@ -107,7 +111,8 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
     rule, kernel = pick.rule, dtype_table.kernel(pick.kernel)
     missed = rule.shape != shape
     if pick.cublas:
-        return Decision(dtype, shape, None, rule, _cublas_reason(dtype_table, pick, shape), choice.note, pick, missed)
+        return Decision(dtype, shape, None, rule, _cublas_reason(dtype_table, pick, shape), choice.note, pick, missed,
+                        layout)
     if rule.shape == shape:
         why = f"tuned at this shape ({_quality(rule, pick.measured)})"
     else:
@@ -115,7 +120,7 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
                f"({_quality(rule, pick.measured)}{_predicted(pick)})")
     if pick.measured != pick.kernel:
         why += f"; {pick.measured} is built for whole tiles, this is its build for any shape"
-    return Decision(dtype, shape, kernel, rule, why, choice.note, pick, missed)
+    return Decision(dtype, shape, kernel, rule, why, choice.note, pick, missed, layout)
 
 
 @dataclasses.dataclass(frozen=True)

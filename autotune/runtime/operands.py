@@ -30,6 +30,7 @@ class Operand(NamedTuple):
     row_major: bool  # C-contiguous
     pointer: int
     device: int
+    column_major: bool = False  # F-contiguous and not C-contiguous: the transpose of a row-major matrix (W.T)
 
     @property
     def dtype(self) -> str | None:
@@ -131,7 +132,9 @@ def _byte_strides(array: Any) -> tuple[int, ...]:
 
 def describe(array: Any, device: int, pointer: int) -> Operand:
     """An Operand for an array with numpy-like ``shape``, ``dtype`` and ``flags``."""
-    return Operand(array, array.shape, array.dtype, array.flags.c_contiguous, pointer, device)
+    row_major = array.flags.c_contiguous
+    return Operand(array, array.shape, array.dtype, row_major, pointer, device,
+                   not row_major and array.flags.f_contiguous)
 
 
 def is_torch(value: Any) -> bool:
@@ -143,8 +146,9 @@ def torch_operand(tensor: Any, what: str) -> Operand:
     CuPy view, so a Parameter or a tensor that requires grad is described like any other."""
     refuse_host_memory(tensor, what)
     element = torch_element(tensor.dtype)
-    return Operand(tensor, tuple(tensor.shape), element, tensor.is_contiguous(), tensor.data_ptr(),
-                   tensor.device.index)
+    row_major = tensor.is_contiguous()
+    return Operand(tensor, tuple(tensor.shape), element, row_major, tensor.data_ptr(), tensor.device.index,
+                   not row_major and tensor.dim() == 2 and tensor.t().is_contiguous())
 
 
 def torch_element(dtype: Any) -> Any:

@@ -39,7 +39,7 @@ from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel.contract import LaunchContract, cdiv
 from autotune.kernel.cubin import check_cubin
 from autotune.kernel_abi import KERNEL_ARGUMENTS
-from autotune.problem import DTYPES
+from autotune.problem import DTYPES, LAYOUTS
 from autotune.records import Resources
 from autotune.select.scaling import cublas_ms_at, fastest
 from autotune.shapes import nearest
@@ -78,6 +78,7 @@ class TableKernel:
     # The dtype it is built for where that is not its family's first (bf16 of an fp16 family), as
     # :attr:`~autotune.space.family.Config.other_dtype`; empty for the first.
     other_dtype: str = ""
+    layout: str = "row"  # the layout it is built for (:attr:`~autotune.space.family.Config.layout`)
 
     @property
     def dtype(self) -> str | None:
@@ -93,6 +94,8 @@ class TableKernel:
         }
         if self.other_dtype:
             data["other_dtype"] = self.other_dtype
+        if self.layout != "row":
+            data["layout"] = self.layout
         if with_cubin and self.cubin is not None:
             data["cubin_base64"] = base64.b64encode(self.cubin).decode()
         return data
@@ -109,7 +112,13 @@ class TableKernel:
                    template_hash=str(data["template_hash"]), launch=LaunchContract.from_dict(data["launch"]),
                    resources=Resources(**data["resources"]) if data.get("resources") else None, cubin=cubin,
                    any_shape=str(data["any_shape"]) if data.get("any_shape") else None,
-                   other_dtype=_other_dtype(data.get("other_dtype", "")))
+                   other_dtype=_other_dtype(data.get("other_dtype", "")), layout=_layout(data.get("layout", "row")))
+
+
+def _layout(value: object) -> str:
+    if value not in LAYOUTS:
+        raise ValueError(f"layout {value!r} (expected one of {', '.join(LAYOUTS)})")
+    return str(value)
 
 
 def _other_dtype(value: object) -> str:
@@ -325,7 +334,8 @@ def _largest(domain: dict[str, tuple[int, int]]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class KernelTable:
-    """Tuned kernels for one GPU model (``gpu``) or one architecture (``gpu`` None), per dtype."""
+    """Tuned kernels for one GPU model (``gpu``) or one architecture (``gpu`` None), per dtype: ``dtypes``
+    for layout "row", ``other_layouts`` per other layout ("nt": B stored N x K)."""
 
     arch: str  # sm_90
     gpu: str | None  # the GPU key (h200), or None for every GPU of ``arch``
@@ -333,10 +343,19 @@ class KernelTable:
     dtypes: dict[str, DtypeTable]
     created_at: str = ""
     source: str = ""  # where the results came from (a database URL with the password masked, or a file)
+    other_layouts: dict[str, dict[str, DtypeTable]] = dataclasses.field(default_factory=dict)
 
     @property
     def scope(self) -> str:
         return self.gpu or self.arch
+
+    def for_layout(self, layout: str) -> dict[str, DtypeTable]:
+        """The dtype tables of ``layout`` (empty where the table has none)."""
+        return self.dtypes if layout == "row" else self.other_layouts.get(layout, {})
+
+    def dtype_tables(self) -> list[tuple[str, str, DtypeTable]]:
+        """Every dtype table as ``(layout, dtype, table)``, "row" first."""
+        return [(layout, dtype, table) for layout in LAYOUTS for dtype, table in self.for_layout(layout).items()]
 
     def to_dict(self, with_cubins: bool = False) -> dict[str, Any]:
         return {
@@ -350,11 +369,9 @@ class KernelTable:
             "source": self.source,
             "selection": SELECTION_RULE,
             "kernel_arguments": KERNEL_ARGUMENTS,
-            "dtypes": {
-                dtype: {"kernels": [k.to_dict(with_cubins) for k in table.kernels],
-                        "rules": [r.to_dict() for r in table.rules], "sms": table.sms, "ridge": table.ridge}
-                for dtype, table in self.dtypes.items()
-            },
+            "dtypes": _dtypes_to_dict(self.dtypes, with_cubins),
+            **({"layouts": {layout: _dtypes_to_dict(tables, with_cubins) for layout, tables in self.other_layouts.items()}}
+               if self.other_layouts else {}),
         }
 
     def to_json(self, with_cubins: bool) -> str:
@@ -371,17 +388,19 @@ class KernelTable:
             raise TableError(f"{where} has schema_version {version!r}; this autotune reads "
                              f"{' and '.join(map(str, READS_SCHEMA_VERSIONS))}")
         try:
-            dtypes = {}
-            for dtype, table in data["dtypes"].items():
-                if dtype not in DTYPES:
-                    raise ValueError(f"dtype {dtype!r} (expected {', '.join(DTYPES)})")
-                dtypes[dtype] = _dtype_from_dict(table)
+            dtypes = _dtypes_from_dict(data["dtypes"])
+            other_layouts = {}
+            for layout, tables in data.get("layouts", {}).items():
+                if layout not in LAYOUTS or layout == "row":
+                    raise ValueError(f"layout {layout!r} (expected one of {', '.join(LAYOUTS[1:])})")
+                other_layouts[layout] = _dtypes_from_dict(tables)
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", str(data["arch"])):
                 raise ValueError(f"arch {data['arch']!r} (expected sm_XY, e.g. sm_90)")
             if data.get("gpu") is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", str(data["gpu"])):
                 raise ValueError(f"gpu {data['gpu']!r} (expected a GPU key such as h200)")
             return cls(arch=str(data["arch"]), gpu=data.get("gpu"), measured_on=tuple(map(str, data["measured_on"])),
-                       dtypes=dtypes, created_at=str(data.get("created_at", "")), source=str(data.get("source", "")))
+                       dtypes=dtypes, created_at=str(data.get("created_at", "")), source=str(data.get("source", "")),
+                       other_layouts=other_layouts)
         except AutotuneError as error:
             raise TableError(f"{where} is malformed: {error}") from None
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
@@ -389,6 +408,21 @@ class KernelTable:
 
     def write(self, path: Path, with_cubins: bool) -> None:
         Path(path).write_text(self.to_json(with_cubins))
+
+
+def _dtypes_to_dict(tables: dict[str, DtypeTable], with_cubins: bool) -> dict[str, Any]:
+    return {dtype: {"kernels": [k.to_dict(with_cubins) for k in table.kernels],
+                    "rules": [r.to_dict() for r in table.rules], "sms": table.sms, "ridge": table.ridge}
+            for dtype, table in tables.items()}
+
+
+def _dtypes_from_dict(data: dict[str, Any]) -> dict[str, DtypeTable]:
+    tables = {}
+    for dtype, table in data.items():
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} (expected {', '.join(DTYPES)})")
+        tables[dtype] = _dtype_from_dict(table)
+    return tables
 
 
 def _dtype_from_dict(table: dict[str, Any]) -> DtypeTable:

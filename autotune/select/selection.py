@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from autotune.errors import AutotuneError
 from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel.contract import contract_for
-from autotune.problem import GemmProblem
+from autotune.problem import LAYOUTS, GemmProblem
 from autotune.progress import ProgressCallback, no_progress
 from autotune.results import ResultStore
 from autotune.select import cover
@@ -44,12 +44,14 @@ Shape = tuple[int, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class MeasuredConfig:
-    """A config with recorded measurements: its name, family, knob values and the dtype it was measured in."""
+    """A config with recorded measurements: its name, family, knob values and the dtype and layout it was
+    measured in."""
 
     name: str
     family: str
     params: dict[str, int]
     dtype: str
+    layout: str = "row"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Selection:
     gpu: GpuSpec  # whose SMs the times scale with
     dtype: str
     max_kernels: int = MAX_KERNELS
+    layout: str = "row"
 
     @property
     def unruled(self) -> tuple[Shape, ...]:
@@ -97,14 +100,15 @@ class Selection:
         return tuple(s for s in self.training if s not in ruled)
 
 
-def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: str | None = None) -> Results:
-    """Every candidate measurement of ``dtype`` on the GPUs ``gpu_keys`` (in environments of ``arch``, when
+def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: str | None = None,
+           layout: str = "row") -> Results:
+    """Every candidate measurement of ``dtype`` and ``layout`` on the GPUs ``gpu_keys`` (in environments of ``arch``, when
     given): per shape (its plain alpha 1, beta 0 problem where there is one) each config's fastest time over
     those GPUs. TableError names a time that is not a positive finite number."""
     keys = list(dict.fromkeys([gpu_keys] if isinstance(gpu_keys, str) else gpu_keys))
     problems: dict[Shape, GemmProblem] = {}
     for key in keys:
-        for problem in store.problems(key, dtype):
+        for problem in store.problems(key, dtype, layout):
             shape = (problem.m, problem.n, problem.k)
             if shape not in problems or _plain(problem) and not _plain(problems[shape]):
                 problems[shape] = problem
@@ -117,7 +121,7 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
                     continue
                 _check_times(row, problem)
                 configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params,
-                                                                             dtype))
+                                                                             dtype, layout))
                 if row.config_name not in ms or row.median_ms < ms[row.config_name]:
                     ms[row.config_name], measured_on[row.config_name] = row.median_ms, row.gpu_name
                 cublas.append((row.median_ms, row.cublas_median_ms))
@@ -137,13 +141,13 @@ def _check_times(row, problem: GemmProblem) -> None:
 
 
 def build(store: ResultStore, gpu: GpuSpec, gpu_keys: str | Sequence[str], dtype: str,
-          max_kernels: int = MAX_KERNELS, hold_out: Iterable[Shape] = ()) -> Selection:
-    """The table for the GPUs ``gpu_keys`` (of ``gpu``'s kind, measured as ``gpu``'s architecture) and
-    ``dtype``, built from every measured shape but ``hold_out``."""
-    results = gather(store, gpu_keys, dtype, gpu.sm)
+          max_kernels: int = MAX_KERNELS, hold_out: Iterable[Shape] = (), layout: str = "row") -> Selection:
+    """The table for the GPUs ``gpu_keys`` (of ``gpu``'s kind, measured as ``gpu``'s architecture),
+    ``dtype`` and ``layout``, built from every measured shape but ``hold_out``."""
+    results = gather(store, gpu_keys, dtype, gpu.sm, layout)
     training = results.without(hold_out)
     return Selection(table_from(training, gpu, max_kernels, dtype), results, tuple(training.shapes), gpu, dtype,
-                     max_kernels)
+                     max_kernels, layout)
 
 
 def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS, dtype: str | None = None) -> DtypeTable:
@@ -167,16 +171,17 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS, d
     return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms, ridge)
 
 
-def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str | None = None) -> TableKernel:
+def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str | None = None,
+                 layout: str = "row") -> TableKernel:
     """A table kernel for a recorded config of ``dtype`` (by default its family's first; the family must be
-    one autotune ships); a build for some shapes only names its build for any shape
+    one autotune ships) and ``layout``; a build for some shapes only names its build for any shape
     (:func:`with_builds_for_any_shape` adds that one)."""
-    space = load_space(family, dtype)
+    space = load_space(family, dtype, layout)
     config = space.config(params)
     launch = contract_for(space, config, gpu)
     any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
     return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
-                       launch=launch, any_shape=any_shape, other_dtype=space.other_dtype)
+                       launch=launch, any_shape=any_shape, other_dtype=space.other_dtype, layout=space.layout)
 
 
 def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> dict[str, TableKernel]:
@@ -185,23 +190,24 @@ def with_builds_for_any_shape(kernels: dict[str, TableKernel], gpu: GpuSpec) -> 
     twins = {}
     for kernel in kernels.values():
         if kernel.any_shape and kernel.any_shape not in kernels:
-            space = load_space(kernel.family, kernel.dtype)
+            space = load_space(kernel.family, kernel.dtype, kernel.layout)
             twin = space.for_any_problem(space.config(kernel.params))
-            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu, kernel.dtype)
+            twins[twin.name] = table_kernel(kernel.family, twin.as_dict(), gpu, kernel.dtype, kernel.layout)
     return {**kernels, **twins}
 
 
 def _table_kernel(config: MeasuredConfig, gpu: GpuSpec) -> TableKernel | None:
     """The table kernel of a measured config, or None where autotune cannot build it for ``gpu`` (its
     family does not ship or no longer takes its knob values, or names them otherwise)."""
-    return _table_kernel_of(config.name, config.family, tuple(sorted(config.params.items())), gpu, config.dtype)
+    return _table_kernel_of(config.name, config.family, tuple(sorted(config.params.items())), gpu, config.dtype,
+                            config.layout)
 
 
 @functools.lru_cache(maxsize=4096)
 def _table_kernel_of(name: str, family: str, params: tuple[tuple[str, int], ...], gpu: GpuSpec,
-                     dtype: str) -> TableKernel | None:
+                     dtype: str, layout: str) -> TableKernel | None:
     try:
-        kernel = table_kernel(family, dict(params), gpu, dtype)
+        kernel = table_kernel(family, dict(params), gpu, dtype, layout)
     except AutotuneError:
         return None
     return kernel if kernel.name == name else None
@@ -245,7 +251,7 @@ def judge(selection: Selection, shapes: Iterable[Shape]) -> list[HeldOut]:
     report = []
     for shape in shapes:
         measured = selection.results.shapes.get(tuple(shape))
-        problem = measured.problem if measured else GemmProblem(*shape, selection.dtype)
+        problem = measured.problem if measured else GemmProblem(*shape, selection.dtype, selection.layout)
         report.append(_held_out(selection.table, selection.results, problem, measured))
     return report
 
@@ -300,7 +306,8 @@ def quality(report: Sequence[HeldOut]) -> Quality:
 
 
 def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
-                max_kernels: int = MAX_KERNELS, progress: ProgressCallback = no_progress) -> KernelTable:
+                max_kernels: int = MAX_KERNELS, progress: ProgressCallback = no_progress,
+                layouts: tuple[str, ...] = LAYOUTS) -> KernelTable:
     """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
 
     A known GPU's table is of its own architecture, whatever environments filed under its key say;
@@ -308,7 +315,8 @@ def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = N
     (:func:`ignored_environments`). Per dtype, the table is :func:`build`'s from every measured shape
     (where several GPUs timed a config at a shape, the fastest measurement counts), each rule with its
     leave-one-out quality. Kernels are not compiled here (:func:`autotune.export.compile.compile_table`).
-    ``progress`` hears of each dtype's table done (``building the table``).
+    Layouts other than "row" get a dtype's table only where it has rules. ``progress`` hears of each
+    (layout, dtype) table done (``building the table``).
     """
     known = [(key, name, sm) for key, name, sm in store.gpus() if _trusted(key, sm)]
     if gpu is not None:
@@ -320,18 +328,21 @@ def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = N
         raise TableError(f"no results for {gpu} in {store.shown_url}")
     spec = spec_for_arch(arch, gpu)
     keys = list(dict.fromkeys(key for key, _, _ in chosen))
-    dtype_tables = {}
-    progress(BUILDING, 0, len(dtypes))
-    for done, dtype in enumerate(dtypes, 1):
-        selection = build(store, spec, keys, dtype, max_kernels)
-        quality_of = {(h.problem.m, h.problem.n, h.problem.k): h.fraction_of_best for h in held_out(selection)}
-        rules = tuple(dataclasses.replace(rule, held_out_fraction_of_best=quality_of.get(rule.shape))
-                      for rule in selection.table.rules)
-        dtype_tables[dtype] = dataclasses.replace(selection.table, rules=rules)
-        progress(BUILDING, done, len(dtypes))
+    tables: dict[str, dict[str, DtypeTable]] = {layout: {} for layout in layouts}
+    kinds = [(layout, dtype) for layout in layouts for dtype in dtypes]
+    progress(BUILDING, 0, len(kinds))
+    for done, (layout, dtype) in enumerate(kinds, 1):
+        selection = build(store, spec, keys, dtype, max_kernels, layout=layout)
+        if selection.table.rules or layout == "row":
+            quality_of = {(h.problem.m, h.problem.n, h.problem.k): h.fraction_of_best for h in held_out(selection)}
+            rules = tuple(dataclasses.replace(rule, held_out_fraction_of_best=quality_of.get(rule.shape))
+                          for rule in selection.table.rules)
+            tables[layout][dtype] = dataclasses.replace(selection.table, rules=rules)
+        progress(BUILDING, done, len(kinds))
     names = tuple(sorted({name for _, name, _ in chosen}))
-    return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=dtype_tables,
-                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url)
+    return KernelTable(arch=arch, gpu=gpu, measured_on=names, dtypes=tables.pop("row", {}),
+                       created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), source=store.shown_url,
+                       other_layouts={layout: t for layout, t in tables.items() if t})
 
 
 def ignored_environments(store: ResultStore, gpu: str | None = None, arch: str | None = None) -> list[str]:
