@@ -40,7 +40,9 @@
 #                                       --hold-out llm-held-out` (text and JSON) and `autotune plot`, once
 #                                       both sweeps are complete (SWEEP_TRIALS per shape, default 20;
 #                                       SWEEP_TOP, default 3; SWEEP_TIMEOUT=S stops each sweep command
-#                                       after S seconds: run the mode again with the same $DB to go on)
+#                                       after S seconds: run the mode again with the same $DB to go on;
+#                                       SWEEP_LAYOUT=nt sweeps B stored N x K); the database's results exported
+#                                       to $OUT/h200_results.jsonl
 #   bench/h200.sh bf16                  a first bf16 table from the shipped fp16 results: imports tuned_db/h200.jsonl,
 #                                       then `autotune cross-dtype --dtype bf16 --from-dtype f16`: each shipped f16
 #                                       shape's BF16_TOP (default 3) fastest configs built for bf16, verified and timed
@@ -171,19 +173,22 @@ while [ $# -gt 0 ]; do
     sweep)
         while [ $# -gt 0 ] && [[ $1 == f16 || $1 == f32 ]]; do
             dtype=$1; shift
-            common=(--gpu h200 --dtype "$dtype" --trials "${SWEEP_TRIALS:-20}" --top "${SWEEP_TOP:-3}" --db "$DB"
-                    ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"})
-            log="$OUT/sweep_${dtype}.log" step="$OUT/sweep_step.log"
+            layout=${SWEEP_LAYOUT:-row}; name=$dtype${SWEEP_LAYOUT:+_$layout}
+            common=(--gpu h200 --dtype "$dtype" --layout "$layout" --trials "${SWEEP_TRIALS:-20}" --top "${SWEEP_TOP:-3}"
+                    --db "$DB" ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"})
+            log="$OUT/sweep_${name}.log" step="$OUT/sweep_step.log"
             python3 -m autotune sweep "${common[@]}" --shapes llm > "$step" 2>&1 || status=1
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
             python3 -m autotune sweep "${common[@]}" --shapes llm-held-out --cross-from llm > "$step" 2>&1 || status=1
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
-            python3 -m autotune table --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" > "$OUT/table_${dtype}.txt" 2>&1 || status=1
-            python3 -m autotune table --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" --json > "$OUT/table_${dtype}.json" 2>> "$log" || status=1
-            python3 -m autotune plot --gpu h200 --dtype "$dtype" --hold-out llm-held-out --db "$DB" --out "$OUT" >> "$log" 2>&1 || status=1
-            tail -25 "$OUT/table_${dtype}.txt"
+            table=(--gpu h200 --dtype "$dtype" --layout "$layout" --hold-out llm-held-out --db "$DB")
+            python3 -m autotune table "${table[@]}" > "$OUT/table_${name}.txt" 2>&1 || status=1
+            python3 -m autotune table "${table[@]}" --json > "$OUT/table_${name}.json" 2>> "$log" || status=1
+            python3 -m autotune plot "${table[@]}" --out "$OUT" >> "$log" 2>&1 || status=1
+            python3 -m autotune results export --gpu h200 --db "$DB" > "$OUT/h200_results.jsonl" 2>> "$log" || status=1
+            tail -25 "$OUT/table_${name}.txt"
         done
         ;;
     bf16)

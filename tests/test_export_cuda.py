@@ -100,8 +100,14 @@ def _table(with_f16: bool = True) -> KernelTable:
         dtypes["bf16"] = DtypeTable((bf16_plain, bf16_tma), (
             _rule(1024, 1024, 1024, bf16_tma, [bf16_plain]), _rule(4096, 4096, 4096, bf16_plain, [bf16_tma]),
             _rule(128, 14336, 4096, bf16_tma, [bf16_plain])), gpu.sms)
+        # f16 for B stored N x K (transb = T): the same configs' nt builds
+        nt_plain, nt_tma = (table_kernel("hgemm_wgmma", kernel.params, gpu, "f16", "nt") for kernel in (plain, tma))
+        nt = {"f16": DtypeTable((nt_tma, nt_plain), (
+            _rule(1024, 1024, 1024, nt_plain, [nt_tma]), _rule(4096, 4096, 4096, nt_tma, [nt_plain]),
+            _rule(128, 14336, 4096, nt_tma, [nt_plain])), gpu.sms, gpu.flops_per_element("f16"))}
     return compile_table(KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",), dtypes=dtypes,
-                                     created_at="2026-12-01T00:00:00+00:00", source="tests"))
+                                     created_at="2026-12-01T00:00:00+00:00", source="tests",
+                                     other_layouts={"nt": nt} if with_f16 else {}))
 
 
 def _run(*command, **kwargs) -> subprocess.CompletedProcess:
@@ -408,6 +414,26 @@ def test_kernel_for_ex_takes_the_kernels_layout_as_kernel_for_does(library, tabl
     assert library.autotune_last_error() == b'dtype = "f64": expected "f32", "f16", "bf16", "sgemm", "hgemm" or "bgemm"'
 
 
+def test_kernel_for_ex_takes_the_nt_kernels_for_transb_t(library, table):
+    """B stored N x K (transb = T, ldb = k): the dtype's nt table picks, as DtypeTable.pick does; a dtype without
+    one goes to cuBLAS (or says cuBLAS is missing)."""
+    nt, cublas = table.for_layout("nt")["f16"], _cublas_loads(library, table)
+    picked = set()
+    for m, n, k in _shapes():
+        name = library.autotune_kernel_for_ex(b"f16", OP_N, OP_T, m, n, k, k, k, n)
+        assert name is not None, library.autotune_last_error()
+        if cublas and nt.outside(m, n, k):
+            assert name == b"cublas"
+            continue
+        assert name.decode() == nt.pick(m, n, k).kernel and name.decode().endswith("_nt"), (m, n, k)
+        picked.add(name.decode())
+    assert len(picked) == 2
+    other = library.autotune_kernel_for_ex(b"f32", OP_N, OP_T, 1000, 1000, 1000, 1000, 1000, 1000)
+    assert other == b"cublas" if cublas else other is None and b"needs cuBLAS" in library.autotune_last_error()
+    padded = library.autotune_kernel_for_ex(b"f16", OP_N, OP_T, 1000, 1000, 1000, 1000, 1008, 1000)
+    assert padded == b"cublas" if cublas else padded is None  # a leading dimension the kernels do not take
+
+
 def test_without_a_driver_a_call_says_so(library):
     if ctypes.util.find_library("cuda"):
         pytest.skip("this machine has a CUDA driver")
@@ -429,11 +455,13 @@ _CALLER = textwrap.dedent("""\
     lib.autotune_last_error.restype = ctypes.c_char_p
     arguments = [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
                                       ctypes.c_void_p, ctypes.c_void_p]
+    ex_arguments = [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                         ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     results = []
     for i, (function, *call) in enumerate(json.loads(sys.argv[2])):
         with open(sys.argv[3], "a") as log:
             log.write(f"call {i}\\n")
-        getattr(lib, function).argtypes = arguments
+        getattr(lib, function).argtypes = ex_arguments if function.endswith("_ex") else arguments
         results.append([getattr(lib, function)(*call), lib.autotune_last_error().decode()])
     print(json.dumps(results))
     """)
@@ -456,14 +484,15 @@ def _through_fake_driver(shared_library, fake_driver, tmp_path, calls, **env):
     return json.loads(result.stdout), per_call
 
 
-def _expected_launch(table, dtype, m, n, k, alpha, beta) -> tuple[list[str], str]:
+def _expected_launch(table, dtype, m, n, k, alpha, beta, layout="row") -> tuple[list[str], str]:
     """The encodes and the launch line the Python launcher's contract asks for."""
-    kernel = table.dtypes[dtype].kernel(table.dtypes[dtype].pick(m, n, k).kernel)
+    tables = table.for_layout(layout)
+    kernel = tables[dtype].kernel(tables[dtype].pick(m, n, k).kernel)
     launch, size = kernel.launch, ELEMENT_BYTES[dtype]
     encodes, maps = [], []
     for spec in launch.tensor_maps:
         pointer = {"A": A, "B": B, "C": C}[spec.operand]
-        rows, columns = spec.shape(m, n, k)
+        rows, columns = spec.shape(m, n, k, kernel.layout == "nt")
         if not fits_tma(pointer, columns, size):
             maps.append(" zeros")
             continue
@@ -512,6 +541,29 @@ def test_launches_follow_the_launch_contract_and_encode_maps_as_tensor_map_py(
         assert [line for line in lines if line.startswith("cuLaunchKernel")] == [launch]
     zeros = [line for line in sum(driver_calls, []) if line.startswith("cuLaunchKernel") and " zeros" in line]
     assert zeros  # an operand with rows that are not a multiple of 16 bytes gets a zero map
+
+
+NT_LAUNCHES = [(4096, 4096, 4096, 1.0, 0.0), (130, 14336, 4096, 1.0, 0.5), (1000, 1000, 1000, 1.0, 0.0),
+               (777, 1333, 555, -1.0, 0.0)]
+
+
+def test_nt_launches_encode_b_as_stored(shared_library, fake_driver, table, tmp_path):
+    """autotune_hgemm_ex with transb = T launches the nt kernel the table picks, its map of B n rows of k."""
+    calls = [["autotune_hgemm_ex", OP_N, OP_T, m, n, k, alpha, A, k, B, k, beta, C, n, STREAM]
+             for m, n, k, alpha, beta in NT_LAUNCHES]
+    results, driver_calls = _through_fake_driver(shared_library, fake_driver, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * len(NT_LAUNCHES)
+    for (m, n, k, alpha, beta), lines in zip(NT_LAUNCHES, driver_calls):
+        encodes, launch = _expected_launch(table, "f16", m, n, k, alpha, beta, "nt")
+        assert [line for line in lines if line.startswith("cuTensorMapEncodeTiled")] == encodes
+        assert [line for line in lines if line.startswith("cuLaunchKernel")] == [launch] and "_nt" in launch
+    nt, mapped = table.for_layout("nt")["f16"], 0
+    for (m, n, k, _, _), lines in zip(NT_LAUNCHES, driver_calls):
+        kernel = nt.kernel(nt.pick(m, n, k).kernel)
+        if any(spec.operand == "B" for spec in kernel.launch.tensor_maps) and k % 8 == 0:
+            assert any(f"address {B} dims {k} {n} " in line for line in lines)  # k columns, n rows
+            mapped += 1
+    assert mapped >= 1
 
 
 def test_the_device_is_checked_once_per_context(shared_library, fake_driver, tmp_path):

@@ -155,3 +155,12 @@ def test_a_table_without_nt_kernels_says_so_and_round_trips_its_layouts(tmp_path
     x, w = numpy.ones((64, 64), numpy.float32), numpy.ones((64, 64), numpy.float32)
     decision = rt.explain(x, w[:, :32].T.copy().T)  # a transposed view
     assert decision.uses_cublas and "no f32 kernels for b stored transposed" in decision.reason
+
+
+def test_an_nt_search_keeps_a_study_of_its_own():
+    from autotune.search.search import study_name
+
+    space = load_space("hgemm_wgmma", "f16")
+    row = study_name(space, "h200", GemmProblem(64, 64, 64, "f16"))
+    nt = study_name(space.for_layout("nt"), "h200", GemmProblem(64, 64, 64, "f16", layout="nt"))
+    assert row != nt and "/f16/nt/" in nt and "/nt/" not in row

@@ -87,7 +87,10 @@ def _prebuilt(scope: str, dtypes: tuple[str, ...]) -> KernelTable | None:
         return None
     for line in prebuilt.ignored:
         print(f"autotune: {line}", file=sys.stderr)
-    return dataclasses.replace(prebuilt.table, dtypes={dtype: prebuilt.table.dtypes[dtype] for dtype in dtypes})
+    table = prebuilt.table
+    return dataclasses.replace(table, dtypes={dtype: table.dtypes[dtype] for dtype in dtypes}, other_layouts={
+        layout: {dtype: t for dtype, t in tables.items() if dtype in dtypes}
+        for layout, tables in table.other_layouts.items() if set(tables) & set(dtypes)})
 
 
 def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], progress) -> KernelTable:
@@ -111,7 +114,7 @@ def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], p
         table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress)
         table = dataclasses.replace(table, source=source)
         others = sorted({key for key, _, arch in store.gpus() if arch == table.arch and key != gpu})
-    if not any(t.rules for t in table.dtypes.values()):
+    if not any(t.rules for _, _, t in table.dtype_tables()):
         hint = (f"; {', '.join(others)} ({table.arch}, the same architecture) has some: --arch {table.arch}"
                 if gpu and others else "; `autotune results import --shipped` loads the shipped ones, or pass --shipped")
         raise InputError("--gpu" if gpu else "--arch", gpu or args.arch,
@@ -123,11 +126,12 @@ def _summary(table, fmt: str, out: Path, written: list[Path]) -> None:
     print(f"exported {fmt} for {table.scope} ({table.arch}; measured on {printable(', '.join(table.measured_on))}) "
           f"from {table.source} to {out}")
     rows = []
-    for dtype, dtype_table in table.dtypes.items():
+    for layout, dtype, dtype_table in table.dtype_tables():
         for rule in dtype_table.rules:
             ratio = rule.ratio_to_cublas
             runs = "cuBLAS" if dtype_table.pick(rule.m, rule.n, rule.k).cublas else "kernel"
-            rows.append([dtype, f"{rule.m}x{rule.n}x{rule.k}", runs, rule.kernel, rule.ms,
+            rows.append([dtype if layout == "row" else f"{dtype} {layout}", f"{rule.m}x{rule.n}x{rule.k}", runs,
+                         rule.kernel, rule.ms,
                          f"{ratio:.3f}x" if ratio else "-"])
     print(text_table(["dtype", "tuned shape", "runs", "kernel", "ms", "kernel vs cuBLAS"], rows,
                      width=terminal_width(), wrap=["kernel"]))

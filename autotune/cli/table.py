@@ -9,14 +9,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli.arguments import MAX_KERNELS as MOST_KERNELS
-from autotune.cli.arguments import (Integer, add_db_argument, add_gpu_argument, add_wide_argument, no_results_hint,
-                                    open_store)
+from autotune.cli.arguments import (Integer, add_db_argument, add_gpu_argument, add_layout_argument, add_wide_argument,
+                                    no_results_hint, open_store)
 from autotune.cli.progress import TerminalProgress
 from autotune.cli.text import paragraph, terminal_width
 from autotune.cli.text import table as text_table
 from autotune.errors import InputError
 from autotune.gpu_specs import gpu_spec
-from autotune.problem import DTYPES
+from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS
 from autotune.select.cover import MAX_KERNELS
 from autotune.shapes import SHAPE_SETS
 
@@ -42,9 +42,10 @@ def register(sub) -> None:
 
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
-    """--gpu, --dtype, --hold-out, --max-kernels, --db: what a table is built from (``table`` and ``plot``)."""
+    """--gpu, --dtype, --layout, --hold-out, --max-kernels, --db: what a table is built from (``table`` and ``plot``)."""
     add_gpu_argument(parser)
     parser.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
+    add_layout_argument(parser)
     parser.add_argument("--hold-out", metavar="FILE|SET",
                         help=f"shapes left out of the table and judged on: a shape file or {', '.join(SHAPE_SETS)} "
                              "(default: leave each training shape out in turn)")
@@ -76,12 +77,14 @@ def judged(args: argparse.Namespace) -> Judged:
     gpu = gpu_spec(args.gpu)  # --gpu auto is the attached GPU's model by now (autotune.cli.main)
     if args.dtype not in DTYPES:
         raise InputError("--dtype", args.dtype, ", ".join(DTYPES))
+    if args.layout not in LAYOUTS:
+        raise InputError("--layout", args.layout, LAYOUT_CHOICES)
     if args.max_kernels < 1:
         raise InputError("--max-kernels", args.max_kernels, "an integer >= 1")
     held = _hold_out_shapes(args.hold_out) if args.hold_out else []
     with TerminalProgress() as progress, open_store(args.db, read_only=True) as store:
         progress(BUILDING, 0, 2)
-        built = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held)
+        built = build(store, gpu, gpu.key, args.dtype, args.max_kernels, hold_out=held, layout=args.layout)
         ignored = tuple(ignored_environments(store, gpu=gpu.key))
         missing = "" if built.training else no_results_hint(store)
         progress(BUILDING, 1, 2)  # then judged on the shapes left out
@@ -115,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
                         f"{chosen.missing}", width))
         return 0
     print(paragraph(
-        f"selection table for {selection.gpu.key} {selection.dtype} ({chosen.source}): {len(table.chosen)} kernels "
+        f"selection table for {selection.gpu.key} {selection.dtype}{_layout(selection)} ({chosen.source}): "
+        f"{len(table.chosen)} kernels "
         f"(at most {selection.max_kernels}) for {len(selection.training)} training shapes; a shape gets, of the "
         "kernels measured at the nearest training shape, the one whose time there scaled by its busiest SM's work "
         "is least, or cuBLAS where that time is more than cuBLAS's there scaled by m*n*k "
@@ -220,7 +224,8 @@ def to_json(chosen: Judged) -> dict:
             row["held_out_fraction_of_best"] = held.fraction_of_best
         rules.append(row)
     return {
-        "gpu": selection.gpu.key, "arch": selection.gpu.sm, "dtype": selection.dtype, "source": chosen.source,
+        "gpu": selection.gpu.key, "arch": selection.gpu.sm, "dtype": selection.dtype, "layout": selection.layout,
+        "source": chosen.source,
         "max_kernels": selection.max_kernels,
         "selection": SELECTION_RULE,
         "cublas_rules": _cublas_rules(table),
@@ -262,6 +267,10 @@ def _loo_verdict(held: HeldOut, table: DtypeTable) -> str:
     if held.fraction_of_best is None:
         return f"{name} from {held.picked_from.shape}: not measured here"
     return f"{held.fraction_of_best:.3f} of best ({name} from {held.picked_from.shape})"
+
+
+def _layout(selection) -> str:
+    return "" if selection.layout == "row" else f" (layout {selection.layout}: B stored N x K)"
 
 
 def _cublas_rules(table: DtypeTable) -> int:

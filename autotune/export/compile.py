@@ -20,7 +20,7 @@ from autotune.kernel.compile import CompiledKernel, CompileFailure, CompilePool,
 from autotune.kernel.render import render
 from autotune.progress import ProgressCallback, no_progress
 from autotune.records import Failure
-from autotune.select.kernel_table import KernelTable, TableError, TableKernel, spec_for_arch
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, spec_for_arch
 from autotune.space.family import SearchSpace, load_space
 
 COMPILING = "compiling kernels"  # what compile_table reports its progress as
@@ -42,13 +42,17 @@ def compile_table(table: KernelTable, progress: ProgressCallback = no_progress, 
 
     Raises TableError for the first kernel (in the table's order) that does not compile or fit the GPU."""
     gpu = spec_for_arch(table.arch)
-    missing = list({kernel.name: kernel for dtype in table.dtypes.values() for kernel in dtype.kernels
+    missing = list({kernel.name: kernel for _, _, dtype in table.dtype_tables() for kernel in dtype.kernels
                     if kernel.cubin is None}.values())
     built = _compile_all(missing, gpu, progress, jobs)
     compiled = {kernel.name: _compiled(kernel, built[kernel.name], gpu) for kernel in missing}
-    dtypes = {dtype: dataclasses.replace(t, kernels=tuple(compiled.get(k.name, k) for k in t.kernels))
-              for dtype, t in table.dtypes.items()}
-    return dataclasses.replace(table, dtypes=dtypes)
+
+    def with_cubins(tables: dict[str, DtypeTable]) -> dict[str, DtypeTable]:
+        return {dtype: dataclasses.replace(t, kernels=tuple(compiled.get(k.name, k) for k in t.kernels))
+                for dtype, t in tables.items()}
+
+    return dataclasses.replace(table, dtypes=with_cubins(table.dtypes),
+                               other_layouts={layout: with_cubins(t) for layout, t in table.other_layouts.items()})
 
 
 def _compile_all(kernels: list[TableKernel], gpu: GpuSpec, progress: ProgressCallback, jobs: int | None) -> dict:
@@ -79,7 +83,7 @@ def _compile_all(kernels: list[TableKernel], gpu: GpuSpec, progress: ProgressCal
 
 def _space(kernel: TableKernel) -> SearchSpace:
     """The family ``kernel`` is built from; TableError where its template is not the one it was built from."""
-    space = load_space(kernel.family, kernel.dtype)
+    space = load_space(kernel.family, kernel.dtype, kernel.layout)
     if space.template_hash != kernel.template_hash:
         raise TableError(f"{kernel.name} was built from template {kernel.template_hash}, but this autotune's "
                          f"{kernel.family} template is {space.template_hash}; export the table again")

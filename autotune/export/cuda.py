@@ -46,7 +46,7 @@ def write_library(table: KernelTable, out: Path) -> list[Path]:
     """
     check_destination(Path(out))
     _check_table(table)
-    if any(kernel.cubin is None for dtype in table.dtypes.values() for kernel in dtype.kernels):
+    if any(kernel.cubin is None for _, _, dtype in table.dtype_tables() for kernel in dtype.kernels):
         table = compile_table(table)
     context = library_context(table)
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(LIBRARY_FILES), keep_trailing_newline=True,
@@ -64,19 +64,24 @@ def write_library(table: KernelTable, out: Path) -> list[Path]:
 
 def library_context(table: KernelTable) -> dict[str, Any]:
     """What the templates are rendered with: the table's kernels (each once, in a fixed order) and,
-    per dtype, its rules pointing at them."""
+    per dtype, its rules pointing at them (``dtypes``), and those of its table for B stored N x K
+    (``nt_dtypes``, the dtypes with one: ``nt_names``)."""
     match = _check_table(table)
     kernels: list[TableKernel] = []
-    for dtype in table.dtypes.values():
+    for _, _, dtype in table.dtype_tables():
         kernels += [kernel for kernel in dtype.kernels if kernel.name not in {k.name for k in kernels}]
     index = {kernel.name: i for i, kernel in enumerate(kernels)}
     dtypes = [_dtype_context(name, table.dtypes.get(name), index) for name in FUNCTIONS]
+    transposed = table.for_layout("nt")
+    nt_names = [name for name in FUNCTIONS if transposed.get(name) is not None and transposed[name].rules]
+    nt_dtypes = [_dtype_context(name, transposed[name], index) for name in nt_names]
     return {
         "scope": table.scope, "arch": table.arch, "arch_major": int(match.group(1)), "arch_minor": int(match.group(2)),
         "version": __version__, "created_at": _comment_text(table.created_at), "source": _comment_text(table.source),
         "measured_on": _comment_text(", ".join(table.measured_on)),
-        **{f"has_{dtype['name']}": bool(dtype["rules"]) for dtype in dtypes},
+        **{f"has_{dtype['name']}": bool(dtype["rules"]) or dtype["name"] in nt_names for dtype in dtypes},
         "kernels": [_kernel_context(kernel, index) for kernel in kernels], "dtypes": dtypes,
+        "nt_dtypes": nt_dtypes, "nt_names": nt_names,
     }
 
 
@@ -85,10 +90,10 @@ def _check_table(table: KernelTable) -> re.Match:
     match = _ARCH.match(table.arch)
     if not match:
         raise TableError(f"architecture {table.arch!r}: expected sm_ and its compute capability, like sm_90")
-    unknown = sorted(set(table.dtypes) - set(FUNCTIONS))
+    unknown = sorted({dtype for _, dtype, _ in table.dtype_tables()} - set(FUNCTIONS))
     if unknown:
         raise TableError(f"dtype {unknown[0]!r}: the C library has functions for {', '.join(FUNCTIONS)} only")
-    if not any(dtype.rules for dtype in table.dtypes.values()):
+    if not any(dtype.rules for _, _, dtype in table.dtype_tables()):
         raise TableError(f"the table of {table.scope} has no tuned shapes: nothing to export")
     return match
 
@@ -138,6 +143,7 @@ def _kernel_context(kernel: TableKernel, index: dict[str, int]) -> dict[str, Any
         "grid": [side.to_c() for side in expressions.grid], "k_tiles": expressions.k_tiles.to_c(),
         "opt_in": int(launch.opt_in), "serves": expressions.serves.to_c(),
         "any_shape": index[kernel.any_shape] if kernel.any_shape else -1,
+        "b_transposed": int(kernel.layout == "nt"),
         "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
                          "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
                         for spec in launch.tensor_maps],

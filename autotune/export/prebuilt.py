@@ -94,7 +94,11 @@ def inputs(scope: str, arch: str, families: Iterable[str]) -> dict[str, Any]:
 def tuned_dtypes(table: KernelTable) -> KernelTable:
     """``table`` with only the dtypes it has rules for: a prebuilt table holds the dtypes the shipped results
     tuned (bf16 once bf16 results ship), and a runtime asked for another says the table has none."""
-    return dataclasses.replace(table, dtypes={dtype: t for dtype, t in table.dtypes.items() if t.rules})
+    def ruled(tables: dict) -> dict:
+        return {dtype: t for dtype, t in tables.items() if t.rules}
+
+    return dataclasses.replace(table, dtypes=ruled(table.dtypes), other_layouts={
+        layout: ruled(tables) for layout, tables in table.other_layouts.items() if ruled(tables)})
 
 
 def read_prebuilt(scope: str, where: Path | None = None) -> Prebuilt | None:
@@ -112,10 +116,14 @@ def read_prebuilt(scope: str, where: Path | None = None) -> Prebuilt | None:
         cubins = read_cubins(cubins_path(table.arch, where), set(digests.values()))
         for name, digest in digests.items():
             check_cubin(cubins[digest], name, table.arch)  # as a table file's cubins are checked as it is read
-        dtypes = {dtype: dataclasses.replace(t, kernels=tuple(
-                      dataclasses.replace(kernel, cubin=cubins[digests[kernel.name]]) for kernel in t.kernels))
-                  for dtype, t in table.dtypes.items()}
-        return Prebuilt(dataclasses.replace(table, dtypes=dtypes), tuple(map(str, record["gpus"])),
+        def with_cubins(tables: dict) -> dict:
+            return {dtype: dataclasses.replace(t, kernels=tuple(
+                        dataclasses.replace(kernel, cubin=cubins[digests[kernel.name]]) for kernel in t.kernels))
+                    for dtype, t in tables.items()}
+
+        table = dataclasses.replace(table, dtypes=with_cubins(table.dtypes), other_layouts={
+            layout: with_cubins(tables) for layout, tables in table.other_layouts.items()})
+        return Prebuilt(table, tuple(map(str, record["gpus"])),
                         tuple(map(str, record["ignored"])), str(record["nvrtc"]))
     except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, AutotuneError, tarfile.TarError,
             lzma.LZMAError):
@@ -192,7 +200,7 @@ def build_prebuilt(progress: ProgressCallback = no_progress, jobs: int | None = 
             gpu = None if scope == arch else scope
             table = tuned_dtypes(dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch, progress=progress),
                                                      source=SOURCE))
-            if not table.dtypes:
+            if not table.dtype_tables():
                 continue
             record = {"inputs": inputs(scope, arch, families), "gpus": gpus,
                       "ignored": ignored_environments(store, gpu=gpu, arch=None if gpu else arch)}
@@ -214,11 +222,11 @@ def write_prebuilt(where: Path | None = None, progress: ProgressCallback = no_pr
     files: dict[str, str | bytes] = {}
     for arch in sorted({table.arch for table, _ in built.values()}):
         cubins = [k.cubin for table, _ in built.values() if table.arch == arch
-                  for dtype in table.dtypes.values() for k in dtype.kernels]
+                  for _, _, dtype in table.dtype_tables() for k in dtype.kernels]
         files[cubins_path(arch, where).name] = cubins_archive(cubins)  # type: ignore[arg-type]
     for scope, (table, record) in built.items():
-        digests = {k.name: hashlib.sha256(k.cubin).hexdigest() for dtype in table.dtypes.values()  # type: ignore[arg-type]
-                   for k in dtype.kernels}
+        digests = {k.name: hashlib.sha256(k.cubin).hexdigest()  # type: ignore[arg-type]
+                   for _, _, dtype in table.dtype_tables() for k in dtype.kernels}
         record = {**record, "cubins": cubins_path(table.arch).name, "cubin_sha256": digests}
         files[table_path(scope, where).name] = _table_text(table, record, table_path(scope, where))
     for stale in [*where.glob(f"*{TABLE_SUFFIX}"), *where.glob(f"*{CUBINS_SUFFIX}")]:

@@ -24,7 +24,12 @@ typedef struct autotune_call {
 autotune_call autotune_gemm_natural_call(const autotune_dtype_table* table, int m, int n, int k, float alpha,
                                          const void* a, const void* b, float beta, void* c, CUstream stream);
 
-/* 1 for the layout the tuned kernels take: transa = transb = N with lda = k, ldb = n and ldc = n. */
+/* The table of the call's layout where tuned kernels take it: the dtype's own for transa = transb = N with
+   lda = k, ldb = n and ldc = n; its table for B stored N x K (nt) for transb = T with ldb = k, where the
+   library has one; else NULL. */
+const autotune_dtype_table* autotune_gemm_layout_table(const autotune_call* call);
+
+/* 1 for a layout tuned kernels take (autotune_gemm_layout_table is not NULL). */
 int autotune_gemm_kernel_layout(const autotune_call* call);
 
 /* "transa = N, transb = T, lda = 64, ldb = 64, ldc = 64" into text; returns text. */

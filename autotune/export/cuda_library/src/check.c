@@ -38,10 +38,18 @@ autotune_call autotune_gemm_natural_call(const autotune_dtype_table* table, int 
     return call;
 }
 
-int autotune_gemm_kernel_layout(const autotune_call* call) {
-    return call->transa == AUTOTUNE_OP_N && call->transb == AUTOTUNE_OP_N && call->lda == call->k &&
-           call->ldb == call->n && call->ldc == call->n;
+const autotune_dtype_table* autotune_gemm_layout_table(const autotune_call* call) {
+    if (call->transa != AUTOTUNE_OP_N || call->lda != call->k || call->ldc != call->n)
+        return NULL;
+    if (call->transb == AUTOTUNE_OP_N && call->ldb == call->n)
+        return call->table;
+    const autotune_dtype_table* nt = call->table->nt;
+    if (call->transb == AUTOTUNE_OP_T && call->ldb == call->k && nt != NULL && nt->rule_count > 0)
+        return nt;
+    return NULL;
 }
+
+int autotune_gemm_kernel_layout(const autotune_call* call) { return autotune_gemm_layout_table(call) != NULL; }
 
 const char* autotune_gemm_describe_layout(const autotune_call* call, char* text, size_t size) {
     snprintf(text, size, "transa = %c, transb = %c, lda = %d, ldb = %d, ldc = %d",

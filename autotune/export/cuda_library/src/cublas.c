@@ -146,13 +146,19 @@ static const char* prefix(const char* function, char* text, size_t size) {
     return text;
 }
 
-#define KERNEL_LAYOUT "the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n"
+/* The layouts the tuned kernels of the call's dtype take, for messages. */
+static const char* kernel_layouts(const autotune_call* call) {
+    if (call->table->nt != NULL && call->table->nt->rule_count > 0)
+        return "the tuned kernels take transa = N with lda = k and ldc = n, and transb = N with ldb = n or "
+               "transb = T with ldb = k";
+    return "the tuned kernels take transa = transb = N with lda = k, ldb = n and ldc = n";
+}
 
 autotune_status autotune_gemm_cublas_missing(const char* function, const autotune_call* call) {
     char head[64], layout[80];
-    return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "%s%s needs cuBLAS (" KERNEL_LAYOUT "), and %s",
+    return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "%s%s needs cuBLAS (%s), and %s",
                               prefix(function, head, sizeof head),
-                              autotune_gemm_describe_layout(call, layout, sizeof layout),
+                              autotune_gemm_describe_layout(call, layout, sizeof layout), kernel_layouts(call),
                               autotune_gemm_cublas_absence());
 }
 
@@ -168,9 +174,9 @@ autotune_status autotune_gemm_cublas_only(const char* function, autotune_context
     char head[64], layout[80];
     int created = autotune_gemm_context_cublas(context)->create_status;
     return autotune_gemm_fail(AUTOTUNE_ERROR_CUDA,
-                              "%s%s needs cuBLAS (" KERNEL_LAYOUT "), and cublasCreate_v2 of %s failed in this "
-                              "context: %s %d",
+                              "%s%s needs cuBLAS (%s), and cublasCreate_v2 of %s failed in this context: %s %d",
                               prefix(function, head, sizeof head),
-                              autotune_gemm_describe_layout(call, layout, sizeof layout), cublas->library,
+                              autotune_gemm_describe_layout(call, layout, sizeof layout), kernel_layouts(call),
+                              cublas->library,
                               status_name(created), created);
 }

@@ -1,6 +1,7 @@
 /* The public functions: check the call, pick the kernel or cuBLAS (chosen at the nearest tuned shape, and
    cuBLAS outside the tuned range), and run cuBLAS where it is picked and loads, else launch the kernel.
-   Layouts the kernels do not take run on cuBLAS only. */
+   Layouts the kernels do not take run on cuBLAS only; B stored N x K (transb = T) takes the dtype's nt
+   kernels where the library has them. */
 #include <string.h>
 
 #include "autotune_gemm.h"
@@ -13,11 +14,16 @@
 #include "table.h"
 
 /* The dtypes the library has kernels for, for messages: "f32, f16 and bf16", "f32 only", ... */
+/* Whether the library has kernels of the dtype, in any layout. */
+static int has_kernels(const autotune_dtype_table* table) {
+    return table->rule_count > 0 || (table->nt != NULL && table->nt->rule_count > 0);
+}
+
 static const char* available_dtypes(void) {
     static const char* const names[8] = {"none", "f32 only", "f16 only", "f32 and f16", "bf16 only",
                                          "f32 and bf16", "f16 and bf16", "f32, f16 and bf16"};
-    return names[(autotune_gemm_f32.rule_count ? 1 : 0) | (autotune_gemm_f16.rule_count ? 2 : 0) |
-                 (autotune_gemm_bf16.rule_count ? 4 : 0)];
+    return names[(has_kernels(&autotune_gemm_f32) ? 1 : 0) | (has_kernels(&autotune_gemm_f16) ? 2 : 0) |
+                 (has_kernels(&autotune_gemm_bf16) ? 4 : 0)];
 }
 
 /* Where the table sends m x n x k: the kernel (index into autotune_gemm_kernels), and *cublas 1 where it
@@ -32,7 +38,7 @@ static int route(const autotune_dtype_table* table, int m, int n, int k, int* cu
 
 static autotune_status gemm(const char* function, autotune_call call) {
     autotune_gemm_clear_error();
-    if (call.table->rule_count == 0)
+    if (!has_kernels(call.table))
         return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "%s: this library has no %s kernels (it has %s)",
                                   function, call.table->dtype, available_dtypes());
     autotune_status status = autotune_gemm_check_arguments(&call);
@@ -46,10 +52,11 @@ static autotune_status gemm(const char* function, autotune_call call) {
         return status;
     if ((status = autotune_gemm_check_memory(driver, context, &call)) != AUTOTUNE_SUCCESS)
         return status;
-    if (!autotune_gemm_kernel_layout(&call))
+    const autotune_dtype_table* table = autotune_gemm_layout_table(&call);
+    if (table == NULL || table->rule_count == 0)
         return autotune_gemm_cublas_only(function, context, &call);
     int cublas = 0;
-    int kernel = route(call.table, call.m, call.n, call.k, &cublas);
+    int kernel = route(table, call.m, call.n, call.k, &cublas);
     const autotune_cublas* library = cublas ? autotune_gemm_cublas() : NULL;
     if (library != NULL) {
         int ran = 0;
@@ -132,7 +139,7 @@ static const autotune_dtype_table* dtype_table(const char* dtype) {
                            dtype ? dtype : "NULL", dtype ? "\"" : "");
         return NULL;
     }
-    if (table->rule_count == 0) {
+    if (!has_kernels(table)) {
         autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED, "this library has no %s kernels (it has %s)", table->dtype,
                            available_dtypes());
         return NULL;
@@ -150,6 +157,12 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
     autotune_call call = autotune_gemm_natural_call(table, m, n, k, 1.0f, NULL, NULL, 0.0f, NULL, NULL);
     if (autotune_gemm_check_sizes(&call) != AUTOTUNE_SUCCESS)
         return NULL;
+    if (table->rule_count == 0) {
+        autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED,
+                           "this library has %s kernels for B stored N x K only (transb = T: autotune_kernel_for_ex)",
+                           table->dtype);
+        return NULL;
+    }
     return table;
 }
 
@@ -174,8 +187,9 @@ const char* autotune_kernel_for_ex(const char* dtype, autotune_op transa, autotu
     autotune_call call = call_ex(table, transa, transb, m, n, k, 1.0f, NULL, lda, NULL, ldb, 0.0f, NULL, ldc, NULL);
     if (autotune_gemm_check_layout(&call) != AUTOTUNE_SUCCESS)
         return NULL;
-    if (autotune_gemm_kernel_layout(&call))
-        return kernel_for(table, m, n, k);
+    const autotune_dtype_table* layout = autotune_gemm_layout_table(&call);
+    if (layout != NULL && layout->rule_count > 0)
+        return kernel_for(layout, m, n, k);
     if (autotune_gemm_cublas() == NULL) {
         autotune_gemm_cublas_missing(NULL, &call);
         return NULL;

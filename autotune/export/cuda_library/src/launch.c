@@ -13,11 +13,11 @@
 
 /* The map of `spec`'s operand, as autotune/kernel_abi.py encodes it; zeros where TMA cannot address the
    operand (its rows are not a multiple of 16 bytes): the kernel then copies it element by element. */
-static autotune_status encode(const autotune_driver* driver, const autotune_tensor_map_spec* spec,
-                              const autotune_call* call, CUtensorMap* map) {
+static autotune_status encode(const autotune_driver* driver, const autotune_kernel* kernel,
+                              const autotune_tensor_map_spec* spec, const autotune_call* call, CUtensorMap* map) {
     const void* pointer = spec->operand == 'A' ? call->a : spec->operand == 'B' ? call->b : call->c;
-    int rows = spec->operand == 'B' ? call->k : call->m;
-    int columns = spec->operand == 'A' ? call->k : call->n;
+    int rows = spec->operand == 'B' ? (kernel->b_transposed ? call->n : call->k) : call->m;
+    int columns = spec->operand == 'A' || (spec->operand == 'B' && kernel->b_transposed) ? call->k : call->n;
     int element_bytes = call->table->element_bytes;
     memset(map, 0, sizeof *map);
     if ((uintptr_t)pointer % TMA_ALIGNMENT != 0 || ((uint64_t)columns * element_bytes) % TMA_ALIGNMENT != 0)
@@ -64,7 +64,7 @@ autotune_status autotune_gemm_launch(const autotune_driver* driver, CUfunction f
                                   kernel->entry, kernel->tensor_map_count, MAX_TENSOR_MAPS);
     CUtensorMap maps[MAX_TENSOR_MAPS];
     for (int i = 0; i < kernel->tensor_map_count; ++i)
-        if ((status = encode(driver, &kernel->tensor_maps[i], call, &maps[i])) != AUTOTUNE_SUCCESS)
+        if ((status = encode(driver, kernel, &kernel->tensor_maps[i], call, &maps[i])) != AUTOTUNE_SUCCESS)
             return status;
     CUdeviceptr a = (CUdeviceptr)(uintptr_t)call->a;
     CUdeviceptr b = (CUdeviceptr)(uintptr_t)call->b;

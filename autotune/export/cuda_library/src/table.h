@@ -9,7 +9,7 @@
 /* A TMA tensor map the kernel takes after its GEMM arguments. */
 typedef struct autotune_tensor_map_spec {
     const char* name;  /* the kernel parameter */
-    char operand;      /* 'A' (M x K), 'B' (K x N) or 'C' (M x N) */
+    char operand;      /* 'A' (M x K), 'B' (K x N, or N x K for a kernel with b_transposed) or 'C' (M x N) */
     uint32_t box[2];   /* columns, rows, in elements */
     int swizzle;       /* CUtensorMapSwizzle: 0 none, 1 32 B, 2 64 B, 3 128 B */
 } autotune_tensor_map_spec;
@@ -28,6 +28,7 @@ typedef struct autotune_kernel {
     int any_shape; /* built for some shapes only (whole tiles): its build for any shape; else -1 */
     int tensor_map_count;
     const autotune_tensor_map_spec* tensor_maps;
+    int b_transposed; /* built for B stored N x K (layout nt: transb = T); 0: B stored K x N */
 } autotune_kernel;
 
 /* A kernel's time measured at a tuned shape. */
@@ -46,13 +47,14 @@ typedef struct autotune_rule {
 } autotune_rule;
 
 typedef struct autotune_dtype_table {
-    const char* dtype;  /* "f32", "f16" or "bf16" */
+    const char* dtype;  /* "f32", "f16" or "bf16" (its kernels' layout: the table's; see nt) */
     int element_bytes;
     int cuda_data_type; /* cudaDataType of cuBLAS's gemmEx: CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF */
     int sms;            /* the SM count the rules' times scale with */
     double ridge;       /* peak flops per element moved: cuBLAS's times are carried by a roofline (0: by m * n * k) */
     int rule_count;     /* 0: the library has no kernels of this dtype */
     const autotune_rule* rules;
+    const struct autotune_dtype_table* nt; /* the dtype's table for B stored N x K (transb = T), or NULL */
 } autotune_dtype_table;
 
 extern const autotune_kernel autotune_gemm_kernels[];
