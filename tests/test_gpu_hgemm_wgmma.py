@@ -18,7 +18,7 @@ SHAPES = [
 
 VARIANTS = [  # over the persistent 128x256 seed: each epilogue, wgmma depth, block order and tile width
     {}, {"SMEM_EPILOGUE": 0}, {"WAIT_DEPTH": 0, "STAGES": 3}, {"WAIT_DEPTH": 2}, {"GROUP_M": 1},
-    {"SETMAXNREG": 0}, {"WN": 64, "STAGES": 8}, {"CLUSTER_N": 2, "WN": 128}, {"PERSISTENT": 0},
+    {"SETMAXNREG": 0}, {"WN": 64, "STAGES": 8}, {"CLUSTER_N": 2, "WN": 128}, {"PERSISTENT": 0}, {"WN": 192},
 ]
 
 

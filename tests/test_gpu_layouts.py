@@ -20,6 +20,9 @@ WGMMA_VARIANTS = [  # over the 128x256 TMA seed: each B path and tile a build of
     {"TMA": 0}, {"TMA": 0, "BK": 32}, {"PRODUCER": 0, "TMA": 0, "SMEM_EPILOGUE": 0},
     {"PRODUCER": 0, "TMA": 0, "SPLIT_K": 2, "SMEM_EPILOGUE": 1}, {"PERSISTENT": 1, "SETMAXNREG": 1},
     {"WG_M": 1, "M_TILES": 1, "WN": 64, "STAGES": 8},
+    # warpgroup widths that are no number of 64-column slabs (B stored N x K only), against wave quantization
+    {"WN": 224, "SMEM_EPILOGUE": 0}, {"WN": 224, "PERSISTENT": 1, "SETMAXNREG": 1, "SMEM_EPILOGUE": 0},
+    {"WN": 96, "WG_M": 1, "STAGES": 8, "SMEM_EPILOGUE": 0}, {"WN": 192, "TMA": 0, "SMEM_EPILOGUE": 1},
 ]
 
 
