@@ -52,7 +52,8 @@
 #                                       run again with the same $DB to go on); then `autotune table --dtype bf16`
 #                                       (text and JSON) and the H200's results, bf16 included, as $OUT/h200.jsonl
 #                                       (copy it over tuned_db/h200.jsonl and run `python -m autotune.cli.prebuilt`
-#                                       to ship the bf16 table)
+#                                       to ship the bf16 table; BF16_LAYOUT=nt does the same from the database's f16 results
+#                                       of B stored N x K)
 #   bench/h200.sh shared [DEVICES]      searches sharing one study on a throwaway PostgreSQL server, one
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
@@ -193,12 +194,13 @@ while [ $# -gt 0 ]; do
         ;;
     bf16)
         python3 -m autotune results import tuned_db/h200.jsonl --db "$DB" 2>&1 | tee -a "$OUT/bf16.log" || status=1
-        python3 -m autotune cross-dtype --gpu h200 --dtype bf16 --from-dtype f16 --top "${BF16_TOP:-3}" --db "$DB" \
-            ${BF16_TIMEOUT:+--timeout "$BF16_TIMEOUT"} 2>&1 | tee -a "$OUT/bf16.log" || status=1
-        python3 -m autotune table --gpu h200 --dtype bf16 --db "$DB" > "$OUT/table_bf16.txt" 2>&1 || status=1
-        python3 -m autotune table --gpu h200 --dtype bf16 --db "$DB" --json > "$OUT/table_bf16.json" 2>> "$OUT/bf16.log" || status=1
-        python3 -m autotune results export --gpu h200 --db "$DB" > "$OUT/h200.jsonl" 2>> "$OUT/bf16.log" || status=1
-        tail -25 "$OUT/table_bf16.txt"
+        layout=${BF16_LAYOUT:-row}; name=bf16${BF16_LAYOUT:+_$layout}
+        python3 -m autotune cross-dtype --gpu h200 --dtype bf16 --from-dtype f16 --layout "$layout" --top "${BF16_TOP:-3}" \
+            --db "$DB" ${BF16_TIMEOUT:+--timeout "$BF16_TIMEOUT"} 2>&1 | tee -a "$OUT/$name.log" || status=1
+        python3 -m autotune table --gpu h200 --dtype bf16 --layout "$layout" --db "$DB" > "$OUT/table_$name.txt" 2>&1 || status=1
+        python3 -m autotune table --gpu h200 --dtype bf16 --layout "$layout" --db "$DB" --json > "$OUT/table_$name.json" 2>> "$OUT/$name.log" || status=1
+        python3 -m autotune results export --gpu h200 --db "$DB" > "$OUT/h200.jsonl" 2>> "$OUT/$name.log" || status=1
+        tail -25 "$OUT/table_$name.txt"
         ;;
     shared)
         devices=0,0

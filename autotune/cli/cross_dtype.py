@@ -13,12 +13,13 @@ from autotune.cli.arguments import (
     add_backend_argument,
     add_db_argument,
     add_gpu_argument,
+    add_layout_argument,
     add_worker_arguments,
     open_store,
     requested_gpu,
 )
 from autotune.errors import InputError
-from autotune.problem import DTYPES, check_dtype, dtype_runs_on
+from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
 from autotune.search.cross_dtype import CROSS_DTYPE_TOP
 from autotune.search.start import GpuRequest
 from autotune.shapes import SHAPE_SETS, read_shapes
@@ -34,6 +35,7 @@ def register(sub) -> None:
     cross.add_argument("--dtype", required=True, help=f"the dtype to measure in: {', '.join(DTYPES)}")
     cross.add_argument("--from-dtype", required=True,
                        help="the dtype whose results (in the database, on this GPU) give each shape's configs")
+    add_layout_argument(cross)
     cross.add_argument("--top", action=Integer, least=1, most=MAX_ROWS, default=CROSS_DTYPE_TOP,
                        help=f"the fastest T distinct configs of each shape (default {CROSS_DTYPE_TOP})")
     cross.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}) or a file with one "
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_dtype(args.dtype)
     check_dtype(args.from_dtype, "--from-dtype")
+    if args.layout not in LAYOUTS:
+        raise InputError("--layout", args.layout, LAYOUT_CHOICES)
     if args.dtype == args.from_dtype:
         raise InputError("--from-dtype", args.from_dtype, f"a dtype other than --dtype {args.dtype}")
     requested = requested_gpu(args.gpu)
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         dtype_runs_on(args.dtype, gpu.arch, gpu.key)
         store = stack.enter_context(open_store(args.db))
         source = source_gpu_key(env.gpu_key)
-        planned = plan(store, gpu, source, args.from_dtype, args.dtype, args.top, shapes)
+        planned = plan(store, gpu, source, args.from_dtype, args.dtype, args.top, shapes, args.layout)
         if not planned:
             raise InputError("--from-dtype", args.from_dtype,
                              f"a dtype with results on {source} in {store.shown_url} whose families serve "

@@ -70,8 +70,8 @@ def source_gpu_key(gpu_key: str) -> str:
 
 
 def plan(store: ResultStore, gpu: GpuSpec, source_key: str, from_dtype: str, dtype: str, top: int,
-         shapes: Sequence[tuple[int, int, int]] | None = None) -> list[Planned]:
-    """For each problem with ``from_dtype`` results on ``source_key`` (only those of ``shapes``, when given):
+         shapes: Sequence[tuple[int, int, int]] | None = None, layout: str = "row") -> list[Planned]:
+    """For each problem of ``layout`` with ``from_dtype`` results on ``source_key`` (only those of ``shapes``, when given):
     its ``top`` fastest distinct configs whose shipped family serves ``dtype``, built for ``dtype``, that
     the static rules admit on ``gpu`` at that problem.
 
@@ -82,14 +82,15 @@ def plan(store: ResultStore, gpu: GpuSpec, source_key: str, from_dtype: str, dty
         raise InputError("--from-dtype", from_dtype, f"a dtype other than --dtype {dtype}")
     if top < 1:
         raise InputError("--top", top, "a number of configs per shape >= 1")
-    families = {name for name in shipped_families() if {from_dtype, dtype} <= set(load_space(name).dtypes)}
+    families = {name for name in shipped_families() if {from_dtype, dtype} <= set(load_space(name).dtypes)
+                and layout in load_space(name).layouts}
     if not families:
         raise InputError("--from-dtype", from_dtype, f"a dtype whose families also serve {dtype}: "
                          + ", ".join(sorted({d for name in shipped_families() if dtype in load_space(name).dtypes
                                              for d in load_space(name).dtypes} - {dtype})))
     wanted = None if shapes is None else set(shapes)
     planned = []
-    for source in store.problems(source_key, from_dtype):
+    for source in store.problems(source_key, from_dtype, layout):
         if wanted is not None and (source.m, source.n, source.k) not in wanted:
             continue
         problem = dataclasses.replace(source, dtype=dtype)
@@ -99,7 +100,7 @@ def plan(store: ResultStore, gpu: GpuSpec, source_key: str, from_dtype: str, dty
                 break
             if row.family not in families:
                 continue
-            space = load_space(row.family, dtype)
+            space = load_space(row.family, dtype, layout)
             try:
                 config = space.build_for(space.config(row.params), gpu, problem)
             except InputError:
