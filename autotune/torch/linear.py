@@ -1,14 +1,12 @@
 """``nn.Linear`` through the table: ``x @ weight.T`` on a tuned kernel where one serves it, else PyTorch's own.
 
 ``nn.Linear`` keeps its weight ``out x in`` row-major, so its product ``x @ weight.T`` reads ``b``
-transposed. :class:`Linear` keeps that weight as it is (state dicts, optimizers and
-``load_state_dict`` see an ordinary ``nn.Linear``) and asks the table, per layer, from how many rows
-of input a tuned kernel for that layout beats PyTorch's matmul with the operator's host time counted
-(:func:`kernel_rows`); from there it calls :func:`autotune.torch.gemm`, below it (and where no kernel
-ever does, or off the GPU) ``F.linear`` itself. Tuned kernels take a row-major ``b`` today, so every
-layer runs ``F.linear``: laying the weight out ``in x out`` instead would let them serve it, but
-moves cuBLAS's own product to a layout it runs up to 14% slower at some sizes
-(``bench/results/h200-operator-2026-12-03/``), more than the kernels gain.
+transposed: layout "nt" (B stored N x K), which the table serves with kernels of its own.
+:class:`Linear` keeps that weight as it is (state dicts, optimizers and ``load_state_dict`` see an
+ordinary ``nn.Linear``) and asks the table, per layer, from how many rows of input an nt kernel beats
+PyTorch's matmul with the operator's host time counted (:func:`kernel_rows`); from there it calls
+:func:`autotune.torch.gemm` with ``weight.T`` (a view: nothing is copied), below it (and where no kernel
+ever does, or off the GPU) ``F.linear`` itself.
 """
 
 from __future__ import annotations
