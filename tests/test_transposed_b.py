@@ -94,6 +94,14 @@ def test_an_nt_search_records_and_queries_its_layout(tmp_path):
     row_layout = autotune("query", "--gpu", "h200-fake", *shape, "--db", db)
     assert row_layout.returncode == 0 and "no results" in row_layout.stdout
 
+    exported = autotune("results", "export", "--gpu", "h200-fake", "--db", db)  # and into another database
+    assert exported.returncode == 0, exported.stderr
+    (tmp_path / "nt.jsonl").write_text(exported.stdout)
+    other = f"sqlite:///{tmp_path}/other.db"
+    assert autotune("results", "import", str(tmp_path / "nt.jsonl"), "--db", other).returncode == 0
+    again = autotune("query", "--gpu", "h200-fake", *shape, "--layout", "nt", "--db", other, "--json")
+    assert [row["config"] for row in json.loads(again.stdout)] == [row["config"] for row in rows]
+
 
 # -- the runtime: b = W.T of a row-major W goes to the table's nt kernels -------------------------------------
 

@@ -234,7 +234,7 @@ class _Line:
         optional = _V1_OPTIONAL if version == 1 else frozenset()
         self._fields(data, "", fields, optional)
         environment, problem = self._environment(data), self._problem(data)
-        kernel = self._kernel(data, problem.dtype)
+        kernel = self._kernel(data, problem)
         measurement = Measurement(
             timing=self._timing(data["timing_ms"]),
             tflops=self.number(data, "tflops", above=0.0),
@@ -262,7 +262,7 @@ class _Line:
         if not isinstance(message, str):
             self.fail("message", message, "a string")
         environment, problem = self._environment(data), self._problem(data)
-        return FailureEntry(environment, problem, self._kernel(data, problem.dtype),
+        return FailureEntry(environment, problem, self._kernel(data, problem),
                             Failure(failure_class, message),
                             self.text(data, "study", MeasurementRow.__table__.c.study, optional=True),
                             self.time(data, "failed_at"))
@@ -303,7 +303,10 @@ class _Line:
                            alpha=self.number(value, "alpha", prefix="problem."),
                            beta=self.number(value, "beta", prefix="problem."))
 
-    def _kernel(self, data: dict, dtype: str) -> KernelRef | None:
+    def _kernel(self, data: dict, problem: GemmProblem) -> KernelRef | None:
+        """The kernel of an entry: its family's config for the problem's dtype and layout (whose names carry
+        them), or None for the cuBLAS reference."""
+        dtype = problem.dtype
         family, params, template_hash = (data.get(name) for name in _KERNEL_FIELDS)
         if family is None:
             for name in ("params", "template_hash"):
@@ -318,7 +321,9 @@ class _Line:
             self.fail("family", family, f"a kernel family: {error.valid}")
         if dtype not in space.dtypes:
             self.fail("problem.dtype", dtype, f"a dtype {family} serves: {', '.join(space.dtypes)}")
-        space = space.for_dtype(dtype)
+        if problem.layout not in space.layouts:
+            self.fail("problem.layout", problem.layout, f"a layout {family} serves: {', '.join(space.layouts)}")
+        space = space.for_dtype(dtype).for_layout(problem.layout)
         if not isinstance(params, dict):
             self.fail("params", params, f"an object of {family} knob values")
         for knob, knob_value in params.items():
