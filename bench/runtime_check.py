@@ -3,7 +3,8 @@
     python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
 
 For 20 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
-square, odd, tall, wide, long-K and LLM-style) it runs ``autotune.gemm`` on fresh random operands, checks every element against
+square, odd, tall, wide, long-K and LLM-style), and 12 shapes of ``x @ W.T`` (f16 and bf16, ``b`` the transpose
+of a row-major N x K weight: the table's nt kernels) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
 search does (L2 flushed before each launch, which also hides launch latency).
@@ -41,6 +42,12 @@ SHAPES = [
     (8192, 1024, 1024), (1024, 8192, 1024),
 ]
 DTYPES = ("f32", "f16", "bf16")
+NT_SHAPES = [  # x @ W.T: nn.Linear's projections (M tokens, N out, K in) and odd sizes
+    (1, 14336, 4096), (16, 14336, 4096), (32, 14336, 4096), (256, 14336, 4096), (1024, 4096, 4096),
+    (1024, 4096, 14336), (4096, 4096, 14336), (8192, 11008, 4096), (16384, 4096, 4096), (2048, 4096, 11008),
+    (777, 1333, 555), (33, 65, 130),
+]
+NT_DTYPES = ("f16", "bf16")
 
 
 def users_array(array: cupy.ndarray, dtype: str):
@@ -57,10 +64,12 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
     """Verify (beta 0 and 0.5) and time one shape; the row for the report."""
     operands = measure.make_operands(problem, seed)
     a, b, target = (users_array(x, problem.dtype) for x in (operands.a, operands.b, operands.out))
+    if problem.layout == "nt":
+        b = b.T  # the weight is stored N x K; the product is x @ W.T
     decision = autotune.explain(a, b, target)
     worst = 0.0
     for beta in (0.0, 0.5):
-        case = GemmProblem(problem.m, problem.n, problem.k, problem.dtype, beta=beta)
+        case = GemmProblem(problem.m, problem.n, problem.k, problem.dtype, problem.layout, beta=beta)
         ref = measure.reference(case, operands)
         bound = measure.error_bound(case, operands, ref)
         result = measure.check(lambda out, s=beta: autotune.gemm(a, b, out=users_array(out, problem.dtype), beta=s),
@@ -69,8 +78,8 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
         if not result.passed:
             return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
     ours = measure.time_launches(lambda: autotune.gemm(a, b, out=target), repeats=30)
-    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element),
-                                   repeats=30)
+    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
+                                                      measure.transposes_b(problem)), repeats=30)
     tuned = measure.time_launches(_tuned_launch(decision, (a, b, target)), repeats=30) if decision.pick else None
     return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
 
@@ -79,7 +88,7 @@ def _tuned_launch(decision, arrays):
     """The table's tuned kernel for this call launched directly: the one it runs, or the one cuBLAS stood in for."""
     runtime = autotune.runtime.runtime_for(0)
     table = runtime.choice.table
-    kernel = table.dtypes[decision.dtype].kernel(decision.pick.kernel)
+    kernel = table.for_layout(decision.layout)[decision.dtype].kernel(decision.pick.kernel)
     device = runtime.device
     a, b, out = (device.operand(array, name) for array, name in zip(arrays, ("a", "b", "out")))
     return lambda: device.launch(kernel, table.arch, a, b, out, 1.0, 0.0, cupy.cuda.get_current_stream())
@@ -90,7 +99,8 @@ def _row(problem, decision, worst, ms, cublas_ms, tuned_ms, status) -> dict:
     kernel; ``pick_right``: whether the table's choice was the faster of its kernel and cuBLAS here."""
     pick = decision.pick
     tuned_ratio = cublas_ms / tuned_ms if tuned_ms and cublas_ms else None
-    return {"dtype": problem.dtype, "shape": problem.shape, "runs": "cuBLAS" if decision.uses_cublas else "kernel",
+    return {"dtype": problem.dtype, "layout": problem.layout, "shape": problem.shape,
+            "runs": "cuBLAS" if decision.uses_cublas else "kernel",
             "kernel": "cuBLAS" if decision.uses_cublas else decision.kernel.name,
             "table_pick": ("cublas" if pick.cublas else pick.kernel) if pick else None,
             "tuned_kernel": pick.kernel if pick else None, "why": decision.reason, "max_error_over_bound": worst,
@@ -192,11 +202,12 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for dtype in DTYPES:
-        for seed, shape in enumerate(SHAPES):
-            row = check_shape(GemmProblem(*shape, dtype), seed)
-            rows.append(row)
-            print(_line(row), flush=True)
+    problems = [GemmProblem(*shape, dtype) for dtype in DTYPES for shape in SHAPES]
+    problems += [GemmProblem(*shape, dtype, "nt") for dtype in NT_DTYPES for shape in NT_SHAPES]
+    for seed, problem in enumerate(problems):
+        row = check_shape(problem, seed)
+        rows.append(row)
+        print(_line(row), flush=True)
     report = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
               "table": str(autotune.runtime.runtime_for(0).choice.note), "shapes": rows,
               "fallbacks": check_fallbacks(), "torch": check_torch(), "host_us_per_call": host_overhead()}
@@ -212,9 +223,10 @@ def main() -> int:
     for name, micros in report["host_us_per_call"].items():
         print(f"host {micros:7.2f} us/call  {name}")
     ratios = [r["ratio_to_cublas"] for r in rows if r["ratio_to_cublas"]]
-    for dtype in DTYPES:
-        own = [r for r in rows if r["dtype"] == dtype]
+    for dtype, layout in [(dtype, "row") for dtype in DTYPES] + [(dtype, "nt") for dtype in NT_DTYPES]:
+        own = [r for r in rows if r["dtype"] == dtype and r["layout"] == layout]
         timed = [r["ratio_to_cublas"] for r in own if r["ratio_to_cublas"]]
+        dtype = dtype if layout == "row" else f"{dtype} x @ W.T"
         if timed:
             print(f"{dtype}: geometric mean {float(numpy.exp(numpy.mean(numpy.log(timed)))):.3f}x cuBLAS over "
                   f"{len(timed)} shapes, worst {min(timed):.3f}x")
@@ -232,7 +244,7 @@ def main() -> int:
 def _line(row: dict) -> str:
     """One shape: status, error, times, what ran; where the table decided, its tuned kernel predicted and measured."""
     ratio = f"{row['ratio_to_cublas']:.3f}x" if row["ratio_to_cublas"] else "-"
-    text = (f"{row['dtype']} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
+    text = (f"{row['dtype']}{' nt' if row['layout'] == 'nt' else ''} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
             f"ms {row['ms'] or 0:.5f} cuBLAS {row['cublas_ms'] or 0:.5f} {ratio:>7} ran {row['kernel'][:60]}")
     if row["table_pick"]:
         predicted, measured = (f"{row[key]:.3f}x" if row[key] else "-"
