@@ -39,9 +39,10 @@ def committed(scope: str) -> dict:
 def without_cubins(table: KernelTable) -> dict:
     """A table's dict as a fresh build has it: no cubins, no resources, no date."""
     data = table.to_dict(with_cubins=False)
-    for dtype in data["dtypes"].values():
-        for kernel in dtype["kernels"]:
-            kernel["resources"] = None
+    for tables in [data["dtypes"], *data.get("layouts", {}).values()]:
+        for dtype in tables.values():
+            for kernel in dtype["kernels"]:
+                kernel["resources"] = None
     return {**data, "created_at": None}
 
 
@@ -205,7 +206,8 @@ def test_export_shipped_writes_the_prebuilt_table_compiling_nothing(monkeypatch,
     expected = {**committed("h200"), "source": SOURCE}
     expected.pop("prebuilt")
     expected["dtypes"] = {"f16": expected["dtypes"]["f16"]}
-    assert written == expected
+    expected["layouts"] = {layout: {"f16": tables["f16"]} for layout, tables in expected["layouts"].items()}
+    assert written == expected and written["layouts"]["nt"]["f16"]["rules"]  # the f16 table of B stored N x K too
     assert main(["export", "--arch", "sm_90", "--shipped", "--format", "python", "--out", str(tmp_path)]) == 0
     with_cubins = json.loads((tmp_path / "autotune_table_sm_90_with_cubins.json").read_text())
     table = prebuilt.read_prebuilt("sm_90").table
@@ -221,6 +223,7 @@ def test_export_shipped_builds_the_table_where_the_prebuilt_one_is_not_current(m
     expected = {**committed("h200"), "created_at": written["created_at"]}
     expected.pop("prebuilt")
     expected["dtypes"] = {"f32": expected["dtypes"]["f32"]}
+    expected.pop("layouts")  # no f32 kernels for B stored N x K
     for kernel in expected["dtypes"]["f32"]["kernels"]:
         kernel["resources"] = None  # a table built is not compiled for --format json
     assert written == expected
