@@ -28,6 +28,15 @@ def _kernel_shape(dtype) -> tuple[int, int, int]:
     pytest.fail(f"the operator runs cuBLAS at every one of {SHAPES} for {dtype}")
 
 
+def _nt_kernel_shape(dtype) -> tuple[int, int, int]:
+    """A tuned shape of the table's nt layout (x @ W.T) where the operator runs its tuned kernel."""
+    for rule in autotune.runtime.runtime_for(0).choice.table.for_layout("nt")[{torch.float16: "f16"}[dtype]].rules:
+        x, w = torch.empty(rule.m, rule.k, dtype=dtype, device="cuda"), torch.empty(rule.n, rule.k, dtype=dtype, device="cuda")
+        if not at.explain(x, w.t()).uses_cublas:
+            return rule.m, rule.n, rule.k
+    pytest.fail(f"the operator runs cuBLAS at every nt shape of the table for {dtype}")
+
+
 def _reference(a, b):
     return (a.double().reshape(-1, a.shape[-1]) @ b.double()).reshape(*a.shape[:-1], b.shape[1])
 
@@ -68,28 +77,29 @@ def test_a_side_stream_is_the_stream_the_kernel_runs_on():
     _close(result, _reference(a, b), torch.float16)
 
 
-def test_linear_matches_nn_linear_under_torch_compile_and_says_why_it_runs_pytorch_s_matmul():
-    m, n, k = _kernel_shape(torch.float16)
+def test_linear_runs_the_nt_kernel_of_its_weight_as_stored_under_torch_compile():
+    m, n, k = _nt_kernel_shape(torch.float16)
     torch.manual_seed(0)
     plain = torch.nn.Linear(k, n, bias=True, dtype=torch.float16, device="cuda")
     layer = at.Linear(k, n, bias=True, dtype=torch.float16, device="cuda")
     layer.load_state_dict(plain.state_dict())
     x = torch.randn(m, k, dtype=torch.float16, device="cuda")
-    assert "not C-contiguous" in at.explain(x, layer.weight.t()).reason  # no tuned kernel takes b transposed
+    decision = at.explain(x, layer.weight.t())  # the weight as nn.Linear stores it: out x in
+    assert decision.layout == "nt" and decision.kernel.name.endswith("_nt"), decision.reason
     compiled = torch.compile(layer, fullgraph=True)
     with torch.inference_mode():
         expected = torch.nn.functional.linear(x.double(), plain.weight.double(), plain.bias.double())
         _close(compiled(x), expected, torch.float16)
-        layer.weight.data = layer.weight.data.t().contiguous().t()  # stored in x out: a kernel serves x @ W.T
-        assert not at.explain(x, layer.weight.t()).uses_cublas
         _close(layer(x), expected, torch.float16)
+    strided = layer.weight.detach()[:, ::2]  # neither layout a kernel takes: PyTorch's matmul, saying why
+    assert "not C-contiguous" in at.explain(x[:, ::2].contiguous(), strided.t()).reason
 
 
 def test_bf16_runs_a_tuned_kernel_or_pytorch_s_matmul_and_fp8_is_one_clear_error():
-    a = torch.randn(256, 512, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(512, 128, dtype=torch.bfloat16, device="cuda")
-    decision = autotune.explain(a, b)  # a bf16 kernel where the table has bf16 rules (tests/test_gpu_bf16.py)
-    assert decision.dtype == "bf16" and (not decision.uses_cublas or "bf16" in decision.reason), decision.reason
+    a = torch.randn(256, 4096, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda") / 64
+    decision = autotune.explain(a, b)  # inside the bf16 table's tuned range: its kernel, or cuBLAS as it picks
+    assert decision.dtype == "bf16" and decision.pick is not None, decision.reason  # the bf16 table decided
     _close(at.gemm(a, b), _reference(a, b), torch.bfloat16)
     _close(autotune.gemm(a, b), _reference(a, b), torch.bfloat16)
     with pytest.raises(InputError, match="_scaled_mm"):
