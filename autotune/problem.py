@@ -92,9 +92,14 @@ class GemmProblem:
         return ELEMENTS[self.dtype]
 
     @property
+    def b_transposed(self) -> bool:
+        """Whether B is stored transposed, n x k (layout "nt")."""
+        return self.layout == "nt"
+
+    @property
     def b_shape(self) -> tuple[int, int]:
         """(rows, columns) of B as stored: k x n, or n x k for layout "nt"."""
-        return (self.n, self.k) if self.layout == "nt" else (self.k, self.n)
+        return (self.n, self.k) if self.b_transposed else (self.k, self.n)
 
     @property
     def flops(self) -> int:

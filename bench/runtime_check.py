@@ -64,7 +64,7 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
     """Verify (beta 0 and 0.5) and time one shape; the row for the report."""
     operands = measure.make_operands(problem, seed)
     a, b, target = (users_array(x, problem.dtype) for x in (operands.a, operands.b, operands.out))
-    if problem.layout == "nt":
+    if problem.b_transposed:
         b = b.T  # the weight is stored N x K; the product is x @ W.T
     decision = autotune.explain(a, b, target)
     worst = 0.0
@@ -79,7 +79,7 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
             return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
     ours = measure.time_launches(lambda: autotune.gemm(a, b, out=target), repeats=30)
     cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
-                                                      measure.transposes_b(problem)), repeats=30)
+                                                      problem.b_transposed), repeats=30)
     tuned = measure.time_launches(_tuned_launch(decision, (a, b, target)), repeats=30) if decision.pick else None
     return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
 

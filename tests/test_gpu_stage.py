@@ -182,7 +182,7 @@ def test_a_kernel_opts_in_to_more_shared_memory_only_past_the_default():
 def test_a_launch_rewrites_only_what_changed(monkeypatch):
     encoded = []
 
-    def argument(spec, pointer, m, n, k, element_bytes):
+    def argument(spec, pointer, m, n, k, element_bytes, b_transposed=False):
         encoded.append((spec.name, pointer, (m, n, k), element_bytes))
         return bytes([len(encoded)]) * TENSOR_MAP_BYTES
 

@@ -473,7 +473,7 @@ def _fake_backend(monkeypatch, launch_ms: float):
     operands = types.SimpleNamespace(a=array, b=array, out=array)
     backend.cache = types.SimpleNamespace(operands=lambda problem, seed: operands)
 
-    def cublas_gemm(a, b, out, alpha, beta, element=None):
+    def cublas_gemm(a, b, out, alpha, beta, element=None, transpose_b=False):
         def gemm():
             calls["cublas"] += 1
             assert not stream.capturing

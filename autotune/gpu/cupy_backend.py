@@ -85,7 +85,7 @@ class CupyBackend:
         ``problem`` and ``seed`` into ``out``, with the alpha and beta of the ``problem`` it is given
         (one of the same size)."""
         kernel = KernelLaunch(self.cupy, self._load(task), task.grid, task.block, task.dynamic_smem,
-                              (problem.m, problem.n, problem.k), task.tensor_maps, problem.layout == "nt")
+                              (problem.m, problem.n, problem.k), task.tensor_maps, problem.b_transposed)
         operands = self.cache.operands(problem, seed)
 
         def launch(problem: GemmProblem, out) -> None:
@@ -106,7 +106,7 @@ class CupyBackend:
 
         def launch(out):
             self.measure.CublasGemm(operands.a, operands.b, out, problem.alpha, problem.beta, problem.element,
-                                   self.measure.transposes_b(problem))()
+                                   problem.b_transposed)()
 
         check = self.measure.check(launch, problem, operands, ref, bound)
         if not check.passed:  # the bound is too tight if cuBLAS itself misses it
@@ -119,7 +119,7 @@ class CupyBackend:
         """One cuBLAS GEMM of ``problem`` into the cached operands' output buffer."""
         operands = self.cache.operands(problem, seed)
         return self.measure.CublasGemm(operands.a, operands.b, operands.out, problem.alpha, problem.beta,
-                                       problem.element, self.measure.transposes_b(problem))
+                                       problem.element, problem.b_transposed)
 
     # -- energy ----------------------------------------------------------------------
 

@@ -136,17 +136,12 @@ class CublasGemm:
         self._cublas.gemmEx(handle, *self._args)
 
 
-def transposes_b(problem: GemmProblem) -> bool:
-    """Whether ``problem``'s B is stored transposed (layout "nt"), as :class:`CublasGemm` takes it."""
-    return problem.layout == "nt"
-
-
 def reference(problem: GemmProblem, operands: Operands) -> cupy.ndarray:
     """``alpha * A @ B + beta * C_init`` by cuBLAS in fp32 (fp16 and bf16 inputs widened first, exactly)."""
     a = widen(operands.a, problem.element)
     b = widen(operands.b, problem.element)
     ref = widen(operands.c_init, problem.element).copy()  # always a copy: cuBLAS writes it
-    CublasGemm(a, b, ref, problem.alpha, problem.beta, transpose_b=transposes_b(problem))()
+    CublasGemm(a, b, ref, problem.alpha, problem.beta, transpose_b=problem.b_transposed)()
     return ref
 
 
@@ -168,7 +163,7 @@ def error_bound(
     abs_b = cupy.abs(widen(operands.b, element))
     abs_c = cupy.abs(widen(operands.c_init, element))
     scale = abs(problem.beta) * abs_c
-    CublasGemm(abs_a, abs_b, scale, abs(problem.alpha), 1.0, transpose_b=transposes_b(problem))()
+    CublasGemm(abs_a, abs_b, scale, abs(problem.alpha), 1.0, transpose_b=problem.b_transposed)()
     bound = (tol_factor * problem.k * FP32_EPS) * scale
     if element.unit_roundoff:
         bound += (tol_factor * element.unit_roundoff) * (cupy.abs(ref) + abs(problem.beta) * abs_c)
