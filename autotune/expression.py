@@ -341,7 +341,31 @@ def _fold(node: ast.expr, names: dict[str, Any], refuse: str) -> ast.expr:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
         return _simplify(ast.Call(ast.Name(node.func.id, ast.Load()),
                                   [_fold(argument, names, refuse) for argument in node.args], []))
+    if isinstance(node, ast.BoolOp):
+        return _fold_bool(node, names, refuse)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ast.IfExp(_fold(node.operand, names, refuse), ast.Constant(0), ast.Constant(1))
     raise SpaceError(f"{refuse}: {ast.unparse(node)} cannot be part of an expression over M, N and K")
+
+
+def _fold_bool(node: ast.BoolOp, names: dict[str, Any], refuse: str) -> ast.expr:
+    """``a and b`` / ``a or b`` as truth values (1 or 0) in the language of :class:`SizeExpression`: the parts
+    computed short-circuit or drop out, the rest nest as ``x if a else 0`` / ``1 if a else x``."""
+    is_or = isinstance(node.op, ast.Or)
+    kept = []
+    for part in (_fold(value, names, refuse) for value in node.values):
+        if isinstance(part, ast.Constant):
+            if bool(part.value) == is_or:
+                return ast.Constant(int(is_or))  # decides the whole
+            continue  # neither decides nor matters
+        kept.append(part)
+    if not kept:
+        return ast.Constant(int(not is_or))
+    last = kept[-1]
+    result = last if isinstance(last, ast.Compare) else ast.IfExp(last, ast.Constant(1), ast.Constant(0))
+    for part in reversed(kept[:-1]):
+        result = ast.IfExp(part, ast.Constant(1), result) if is_or else ast.IfExp(part, result, ast.Constant(0))
+    return result
 
 
 def _reads_sizes(node: ast.AST) -> bool:

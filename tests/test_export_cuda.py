@@ -82,11 +82,13 @@ def _table(with_f16: bool = True) -> KernelTable:
     s128 = table_kernel("sgemm", {**_seed("sgemm", BM=128, BN=128, BK=8, PREFETCH=0, CP_ASYNC=0), "WHOLE_TILES": 1}, gpu)
     s64 = table_kernel("sgemm", _seed("sgemm", BM=64, BN=64, TM=4), gpu)
     s_opt_in = table_kernel("sgemm", _seed("sgemm", SMEM_OPT_IN=1), gpu)
-    kernels = with_builds_for_any_shape({k.name: k for k in (s128, s64, s_opt_in)}, gpu)
+    gemv = table_kernel("sgemm_gemv", _seed("sgemm_gemv", MAX_M=4), gpu)  # serves M <= 4 only: no build for any shape
+    kernels = with_builds_for_any_shape({k.name: k for k in (s128, s64, s_opt_in, gemv)}, gpu)
     f32 = DtypeTable(tuple(kernels.values()), (
         _rule(1024, 1024, 1024, s128, [s64]), _rule(4096, 4096, 4096, s_opt_in, [s128, s64]),
         _rule(2048, 1024, 1024, s64), _rule(1024, 2048, 1024, s128, [s_opt_in, s64]), _rule(256, 256, 256, s64, [s128]),
-        _rule(16, 4096, 4096, s64, [s_opt_in])), gpu.sms, gpu.flops_per_element("f32"))  # cuBLAS by a roofline
+        _rule(16, 4096, 4096, s64, [s_opt_in]), _rule(4, 4096, 4096, gemv, [s64]), _rule(2, 14336, 4096, gemv)),
+        gpu.sms, gpu.flops_per_element("f32"))  # cuBLAS by a roofline
     dtypes = {"f32": f32}
     if with_f16:
         plain = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu)
@@ -283,7 +285,8 @@ def test_library_files_and_header_name_the_table(table, tmp_path):
 def _shapes() -> list[tuple[int, int, int]]:
     rng = random.Random(7)
     shapes = [(1, 1, 1), (2048, 2048, 2048), (1448, 1448, 1024), (1024, 1448, 1448), (1000, 1000, 1000),
-              (777, 1333, 555), (16, 4096, 4096), (128, 14336, 4096), (4096, 4096, 11008), (8192, 8192, 1024),
+              (777, 1333, 555), (16, 4096, 4096), (3, 4096, 4096), (6, 4096, 4096), (7, 14336, 4096),
+              (2, 14336, 4098), (128, 14336, 4096), (4096, 4096, 11008), (8192, 8192, 1024),
               (2896, 2896, 2896), (65536, 1, 1), (512, 512, 512), (362, 362, 362), (2048, 2048, 1024),
               (1024, 1024, 1024), (1024, 1024, 1000)]
     shapes += [tuple(int(2 ** rng.uniform(0, 15)) for _ in range(3)) for _ in range(300)]
@@ -300,9 +303,14 @@ def _cublas_loads(library, table) -> bool:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
     """Inside the tuned range; outside it a call runs cuBLAS where cuBLAS loads."""
-    chosen, cublas = set(), _cublas_loads(library, table)
+    chosen, cublas, unserved = set(), _cublas_loads(library, table), 0
     for m, n, k in _shapes():
         picked = library.autotune_kernel_for(dtype.encode(), m, n, k)
+        if table.dtypes[dtype].pick(m, n, k).unserved:  # no kernel of the rule runs it: cuBLAS, or an error
+            unserved += 1
+            assert picked == (b"cublas" if cublas else None), (dtype, m, n, k)
+            assert cublas or b"no tuned kernel of this library runs" in library.autotune_last_error()
+            continue
         assert picked is not None, library.autotune_last_error()
         if cublas and table.dtypes[dtype].outside(m, n, k):
             assert picked.decode() == "cublas", (dtype, m, n, k)
@@ -311,6 +319,7 @@ def test_the_library_picks_the_kernel_the_table_picks(library, table, dtype):
         chosen.add((picked.decode(), table.dtypes[dtype].pick(m, n, k).rule.kernel == picked.decode()))
     assert {kept for _, kept in chosen} == {True, False}  # some shapes get another kernel than the rule's fastest
     if dtype == "f32":  # the kernel built for whole tiles where they are whole, its build for any shape elsewhere
+        assert unserved >= 2  # and shapes of more rows than the few-row kernel computes: cuBLAS
         whole = next(k for k in table.dtypes[dtype].kernels if k.any_shape)
         assert {whole.name, whole.any_shape} <= {name for name, _ in chosen}
 

@@ -279,3 +279,30 @@ def test_the_shipped_table_is_built_once_then_read_from_the_cache(tmp_path, monk
     rebuilt = choose_table("NVIDIA H200", "sm_90", 0)
     assert {**rebuilt.table.to_dict(), "created_at": None} == {**built.table.to_dict(), "created_at": None}
     assert json.loads(cached.read_text())["arch"] == "sm_90"
+
+
+def test_a_kernel_built_for_few_rows_never_runs_more_and_says_why():
+    """A kernel whose rules bound the rows it computes (sgemm_gemv's M <= MAX_M) serves those shapes only: the
+    table picks another kernel of the rule that runs the shape, or cuBLAS where none does."""
+    few = TableKernel(name="few", family="sgemm_gemv", params={}, template_hash="0" * 16,
+                      launch=LaunchContract(entry="few", target="sm_90", block=(256, 1, 1), grid=("cdiv(N, 64)", "1", "1"),
+                                            dynamic_smem=0, opt_in=False, serves="(M <= 4) * (N % 4 == 0)"))
+    rules = (TableRule(4, 4096, 4096, "few", ms=0.01, cublas_ms=0.03, measured_on="NVIDIA H200"),
+             TableRule(64, 64, 64, "small", ms=0.01, cublas_ms=0.02, measured_on="NVIDIA H200",
+                       times=(("small", 0.01),)))
+    table = KernelTable(arch="sm_90", gpu="h200", measured_on=("NVIDIA H200",),
+                        dtypes={"f32": DtypeTable((few, kernel("small", 32)), rules)})
+    device = HostDevice()
+    rt = Runtime(device, (table, "test table"))
+    a, b = matrices(3, 4096, 4096)
+    rt.gemm(a, b)
+    assert device.calls[-1][:2] == ("kernel", "few")
+    for m, n in ((6, 4096), (4, 4098)):  # more rows than it computes; rows of B it cannot load
+        a, b = matrices(m, n, 4096)
+        decision = rt.explain(a, b)
+        assert decision.uses_cublas and decision.pick.unserved, decision
+        assert "no tuned kernel measured at the nearest tuned shape 4x4096x4096 runs" in decision.reason
+        assert "M <= 4" in decision.reason
+        out = rt.gemm(a, b)
+        assert device.calls[-1] == ("cublas",)
+        assert numpy.allclose(out, a @ b, rtol=1e-4, atol=1e-2)

@@ -172,9 +172,10 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
     # ([launch] k_tiles: a persistent kernel's blocks walk several tiles).
     k_tiles = _over_sizes(str(launch_text.get("k_tiles", K_TILES)), {"BK": 1, "SPLIT_K": 1, **names}, gpu,
                           f"{where} k_tiles")
-    # A build specialized to some problems ([specialize] knobs at 1) serves those where each expression holds.
-    serves = [_over_sizes(expression.text, names, gpu, f"{space.family} [specialize] {knob}")
-              for knob, expression in space.specialized.items() if names[knob]]
+    # The shapes it serves: those where every rule that reads the problem holds (a build for few rows, say, or
+    # one specialized to whole tiles: [specialize] knobs at 1).
+    serves = [text for rule in space.rules if rule.reads_problem
+              if (text := _over_sizes(rule.require.text, names, gpu, f"{space.family} rule {rule.require.text!r}")) != "1"]
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
                           dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
                           k_tiles=k_tiles, serves=" * ".join(f"({text})" for text in serves) if serves else "1")

@@ -163,8 +163,13 @@ def _predicted(pick: TablePick) -> str:
 
 
 def _cublas_reason(table: DtypeTable, pick: TablePick, shape: tuple[int, int, int]) -> str:
-    """Why the table picks cuBLAS: its tuned kernel's predicted time against cuBLAS's, and where they come from."""
+    """Why the table picks cuBLAS: no kernel of the nearest tuned shape runs this one, or its tuned kernel's
+    predicted time against cuBLAS's, and where they come from."""
     rule, short = pick.rule, table.short_name(pick.measured)
+    if pick.unserved:
+        m, n, k = shape
+        return (f"no tuned kernel measured at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} runs {m}x{n}x{k} "
+                f"({short} runs only where {table.kernel(pick.measured).launch.serves})")
     ms = dict(rule.times)[pick.measured]
     measured = f"{ms:.4g} ms against cuBLAS's {rule.cublas_ms:.4g} ms on {rule.measured_on}"
     if rule.shape == shape:

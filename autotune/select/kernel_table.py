@@ -51,11 +51,13 @@ KIND = "autotune-kernel-table"
 MAX_SMS = 4096  # the most SMs a GPU of a table may have
 SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - log n'| + |log k - log k'|, "
                   "a tie going to the larger tuned shape; there, of the kernels measured (times, fastest first), "
+                  "of those that run the shape (its serves expression holds, or it has a build for any shape), "
                   "the least ms * work(shape) / work(tuned shape), a tie going to the earlier, where work = "
                   "cdiv(grid blocks, sms) * k_tiles (the busiest SM's k-tiles); cuBLAS instead where that least "
                   "time is more than cublas_ms * cost(shape) / cost(tuned shape), cost = max(2 * m * n * k, ridge * "
                   "(m * k + k * n + m * n)) (cuBLAS has no launch contract: it chooses its own kernel per shape, so "
                   "its time is carried by a roofline at the throughput measured there); "
+                  "cuBLAS where none runs it; "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
 
 
@@ -202,6 +204,9 @@ class TablePick:
     measured: str = ""  # the kernel of the rule's times it was chosen as: itself, or one built for whole tiles
     kernel_ms: float | None = None  # its predicted time at the shape (its time at the rule, scaled by its work)
     cublas_ms: float | None = None  # cuBLAS's predicted time at the shape; None where the rule has none
+    # No kernel measured at the rule runs this shape (each is built for fewer rows, say): cuBLAS must, and
+    # ``kernel`` (the rule's) must not run here.
+    unserved: bool = False
 
     def __post_init__(self):
         if not self.measured:
@@ -209,8 +214,10 @@ class TablePick:
 
     @property
     def cublas(self) -> bool:
-        """Whether the shape goes to cuBLAS: the kernel's predicted time is more than cuBLAS's."""
-        return self.cublas_ms is not None and self.kernel_ms is not None and self.kernel_ms > self.cublas_ms
+        """Whether the shape goes to cuBLAS: no kernel of the rule runs it, or the kernel's predicted time is more
+        than cuBLAS's."""
+        return self.unserved or (self.cublas_ms is not None and self.kernel_ms is not None
+                                 and self.kernel_ms > self.cublas_ms)
 
     @property
     def ratio_to_cublas(self) -> float | None:
@@ -292,7 +299,7 @@ class DtypeTable:
             return None
         pick = self._choose(m, n, k)
         measured = self.kernel(pick.measured)
-        if measured.launch.serves_shape(m, n, k):
+        if pick.unserved or measured.launch.serves_shape(m, n, k):
             return pick
         # built for whole tiles, say, and these are partial: its build for any shape
         return dataclasses.replace(pick, kernel=measured.any_shape)
@@ -305,8 +312,12 @@ class DtypeTable:
         def work(name: str, at: tuple[int, int, int]) -> int:
             return contracts[name].work(*at, self.sms)
 
-        name, kernel_ms = fastest(rule.times, work, rule.shape, (m, n, k))
         cublas_ms = cublas_ms_at(rule.cublas_ms, rule.shape, (m, n, k), self.ridge) if rule.cublas_ms else None
+        runnable = [(name, ms) for name, ms in rule.times
+                    if contracts[name].serves_shape(m, n, k) or self.kernel(name).any_shape]
+        if not runnable:
+            return TablePick(rule, rule.kernel, rule.kernel, None, cublas_ms, unserved=True)
+        name, kernel_ms = fastest(runnable, work, rule.shape, (m, n, k))
         return TablePick(rule, name, name, kernel_ms, cublas_ms)
 
 
@@ -436,7 +447,7 @@ def _dtype_from_dict(table: dict[str, Any]) -> DtypeTable:
         raise ValueError(f"rule names kernel {missing[0]!r}, which the table lacks")
     for_any_shape = {k.name for k in kernels if k.launch.serves == "1"}
     for kernel in kernels:
-        if kernel.launch.serves != "1" and kernel.any_shape not in for_any_shape:
+        if kernel.launch.serves != "1" and kernel.any_shape is not None and kernel.any_shape not in for_any_shape:
             raise ValueError(f"kernel {kernel.name!r} serves some shapes only and its any_shape "
                              f"{kernel.any_shape!r} is not a kernel of the table built for any shape")
     sms = table.get("sms", 1)  # version 1: one time per rule, so the SM count never matters

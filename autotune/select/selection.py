@@ -179,7 +179,10 @@ def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str |
     space = load_space(family, dtype, layout)
     config = space.config(params)
     launch = contract_for(space, config, gpu)
-    any_shape = space.for_any_problem(config).name if launch.serves != "1" else None
+    any_shape = None  # a build for some shapes only: its build for any shape, where the family has one
+    if launch.serves != "1":
+        twin = space.for_any_problem(config)
+        any_shape = twin.name if twin != config and contract_for(space, twin, gpu).serves == "1" else None
     return TableKernel(name=config.name, family=family, params=config.as_dict(), template_hash=space.template_hash,
                        launch=launch, any_shape=any_shape, other_dtype=space.other_dtype, layout=space.layout)
 

@@ -73,6 +73,8 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
     double best_ms = 0.0;
     for (int i = 0; i < rule->time_count; ++i) {
         const autotune_kernel* kernel = &autotune_gemm_kernels[rule->times[i].kernel];
+        if (!kernel->serves(m, n, k) && kernel->any_shape < 0)
+            continue; /* built for other shapes only (fewer rows, say) */
         /* autotune.select.scaling.scaled_ms: ms * work here / work there, left to right */
         double predicted = rule->times[i].ms * (double)work(kernel, table->sms, m, n, k) /
                            (double)work(kernel, table->sms, rule->m, rule->n, rule->k);
@@ -80,6 +82,10 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
             best = rule->times[i].kernel;
             best_ms = predicted;
         }
+    }
+    if (best < 0) { /* no kernel of the rule runs m x n x k: cuBLAS must */
+        *cublas = 1;
+        return -1;
     }
     /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * cost here / cost there, left to right */
     if (rule->cublas_ms > 0.0)

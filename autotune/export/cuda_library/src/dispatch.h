@@ -8,11 +8,13 @@
    is set to 1 where the table picks cuBLAS instead, else 0. It is chosen at the tuned shape nearest to
    m x n x k (the least |log m - log m'| + |log n - log n'| + |log k - log k'| rounded to 9 decimals, a
    tie going to the larger tuned shape, then to the earlier rule): of the kernels measured there, the
-   least ms * work(m x n x k) / work(there), a tie going to the faster there, where work is the busiest
+   least ms * work(m x n x k) / work(there) of those that run m x n x k (serves, or a build for any shape), a
+   tie going to the faster there, where work is the busiest
    SM's k-tiles, cdiv(blocks, sms) * k-tiles per block; and cuBLAS where that least time is more than
    cuBLAS's time there times cost(m x n x k) / cost(there), cost = max(2 * m * n * k, ridge * (m * k + k * n +
    m * n)) (autotune.select.scaling.cublas_ms_at; ridge 0: m * n * k alone). The
-   kernel returned is the one to run where cuBLAS cannot be. */
+   kernel returned is the one to run where cuBLAS cannot be; -1 with *cublas 1 where no kernel of the rule runs
+   m x n x k (only cuBLAS can). */
 int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas);
 
 /* Sizes the table was tuned for, per axis: from ceil(smallest tuned / AUTOTUNE_TUNED_RANGE_FACTOR) to

@@ -36,6 +36,15 @@ static int route(const autotune_dtype_table* table, int m, int n, int k, int* cu
     return kernel;
 }
 
+/* A call no tuned kernel runs (each kernel of the nearest tuned shape is built for other shapes) and cuBLAS
+   did not run. */
+static autotune_status unserved(const char* function, const autotune_call* call) {
+    return autotune_gemm_fail(AUTOTUNE_ERROR_UNSUPPORTED,
+                              "%s: no tuned kernel of this library runs %d x %d x %d (those of its nearest tuned shape "
+                              "are built for other shapes), and cuBLAS, which would, is not loaded: %s",
+                              function, call->m, call->n, call->k, autotune_gemm_cublas_absence());
+}
+
 static autotune_status gemm(const char* function, autotune_call call) {
     autotune_gemm_clear_error();
     if (!has_kernels(call.table))
@@ -64,6 +73,8 @@ static autotune_status gemm(const char* function, autotune_call call) {
         if (ran || status != AUTOTUNE_SUCCESS)
             return status;
     }
+    if (kernel < 0)
+        return unserved(function, &call);
     CUfunction loaded = autotune_gemm_function(driver, context, kernel, &status);
     if (loaded == NULL)
         return status;
@@ -166,11 +177,19 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
     return table;
 }
 
-/* What a call of the layout the kernels take runs at m x n x k of `table`. */
+/* What a call of the layout the kernels take runs at m x n x k of `table`; NULL (error set) where only cuBLAS
+   could and it is not loaded. */
 static const char* kernel_for(const autotune_dtype_table* table, int m, int n, int k) {
     int cublas = 0;
     int kernel = route(table, m, n, k, &cublas);
-    return cublas && autotune_gemm_cublas() != NULL ? AUTOTUNE_GEMM_CUBLAS_NAME : autotune_gemm_kernels[kernel].name;
+    if (cublas && autotune_gemm_cublas() != NULL)
+        return AUTOTUNE_GEMM_CUBLAS_NAME;
+    if (kernel < 0) {
+        autotune_call call = autotune_gemm_natural_call(table, m, n, k, 1.0f, NULL, NULL, 0.0f, NULL, NULL);
+        unserved("autotune_kernel_for", &call);
+        return NULL;
+    }
+    return autotune_gemm_kernels[kernel].name;
 }
 
 const char* autotune_kernel_for(const char* dtype, int m, int n, int k) {
