@@ -252,8 +252,9 @@ GEMV_SHAPES = [(1, 1, 1), (1, 4096, 4096), (2, 4104, 14344), (3, 1000, 17), (4, 
 
 
 def test_gemv_configs_verify_at_few_rows(worker):
-    """sgemm_gemv (M <= 8): its seeds and two random configs of every MAX_M, VEC and UNROLL, each at the shapes
-    its rules admit, against cuBLAS with beta 0 (C poisoned with NaN) and 0.5."""
+    """sgemm_gemv (M <= 8): its seeds, two random configs of every MAX_M, VEC, UNROLL and K_GROUPS and one of every
+    value of the staged-A knobs (A_ROWS, PREFETCH, SPLIT_K, STREAM_B, MIN_BLOCKS), each at the shapes its rules
+    admit, against cuBLAS with beta 0 (C poisoned with NaN) and 0.5."""
     from autotune.gpu_specs import GPUS
 
     gpu = GPUS[worker.environment().gpu_key]
@@ -261,10 +262,12 @@ def test_gemv_configs_verify_at_few_rows(worker):
     feasible = feasible_configs(space, gpu)
     rng = random.Random(3)
     configs = list(space.seeds)
-    for knob in ("MAX_M", "VEC", "UNROLL", "K_GROUPS"):
+    for knob, count in (("MAX_M", 2), ("VEC", 2), ("UNROLL", 2), ("K_GROUPS", 2), ("A_ROWS", 1), ("PREFETCH", 1),
+                        ("SPLIT_K", 1), ("STREAM_B", 1), ("MIN_BLOCKS", 1)):
         for value in space.knobs[knob]:
-            configs += rng.sample([c for c in feasible if c[knob] == value], 2)
-    configs = list(dict.fromkeys(configs))
+            having = [c for c in feasible if c[knob] == value]
+            configs += rng.sample(having, min(count, len(having)))
+    configs = [c for c in dict.fromkeys(configs) if space.check(c, gpu).feasible]
     outcomes = []
     for problem in _both_betas(GEMV_SHAPES, "f32"):
         admitted = [c for c in configs if space.check(c, gpu, problem).feasible]
@@ -272,5 +275,23 @@ def test_gemv_configs_verify_at_few_rows(worker):
         outcomes += _run_all(worker, space, gpu, admitted, [problem])
     _assert_verified(outcomes)
     never_ran = {c.name for c in configs} - {name for name, *_ in outcomes}  # turned away by ptxas's resources
-    assert len(never_ran) <= 3, never_ran  # (1024 threads of 8 rows each can need more registers than a block has)
+    assert len(never_ran) <= 5, never_ran  # (1024 threads of 8 rows each can need more registers than a block has)
     assert len(outcomes) >= 2 * len(GEMV_SHAPES) * 4
+    assert any(c["A_ROWS"] and c["SPLIT_K"] > 1 for c in configs if c.name not in never_ran) or gpu.arch < 90
+
+
+def test_gemv_staged_kernels_serve_rows_past_max_m_and_any_n(worker):
+    """The staged-A kernels (A_ROWS > 0) at shapes their rules keep from the search but a table's nearest shape
+    may send them: rows past MAX_M (blocks along y), N not a multiple of VEC (scalar loads), K not a multiple of 4
+    (4-byte copies of A), split-K shares short or empty."""
+    from autotune.gpu_specs import GPUS
+
+    gpu = GPUS[worker.environment().gpu_key]
+    if gpu.arch < 80:
+        pytest.skip("A staged in shared memory needs sm_80")
+    space = load_space("sgemm_gemv")
+    configs = [seed for seed in space.seeds if seed["A_ROWS"] and space.check(seed, gpu).feasible]
+    shapes = [(9, 1000, 4100), (20, 257, 1031), (3, 1001, 129), (12, 4098, 4096), (1, 7, 5)]
+    outcomes = _run_all(worker, space, gpu, configs, _both_betas(shapes, "f32"))
+    _assert_verified(outcomes)
+    assert len(outcomes) == len(configs) * len(shapes) * 2
