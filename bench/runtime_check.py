@@ -2,7 +2,7 @@
 
     python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
 
-For 20 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
+For 22 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
 square, odd, tall, wide, long-K and LLM-style), and 12 shapes of ``x @ W.T`` (f16 and bf16, ``b`` the transpose
 of a row-major N x K weight: the table's nt kernels) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
@@ -39,7 +39,7 @@ SHAPES = [
     (1000, 1000, 1000), (777, 1333, 555), (4095, 4097, 4093), (513, 257, 1025), (33, 65, 129),
     (1, 4096, 4096), (16, 4096, 4096), (128, 14336, 4096), (127, 4096, 11008), (2, 11008, 4096),
     (4096, 4096, 11008), (8192, 8192, 1024), (4096, 14336, 4096), (2048, 512, 8192),
-    (8192, 1024, 1024), (1024, 8192, 1024),
+    (8192, 1024, 1024), (1024, 8192, 1024), (6, 4096, 4096), (5, 14336, 4096),  # rows past a few-row kernel's
 ]
 DTYPES = ("f32", "f16", "bf16")
 NT_SHAPES = [  # x @ W.T: nn.Linear's projections (M tokens, N out, K in) and odd sizes
