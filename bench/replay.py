@@ -158,6 +158,17 @@ def replay_search(table, space, gpu, worker, compiles: str, sampler: str, seed: 
                tuple(order))
 
 
+def table_space(table, family):
+    """The sub-space the table measured: ``family`` restricted to the knobs its problem line names, and
+    each knob to the values its rows hold, so that a space file widened since the table was measured
+    (hgemm_wgmma's WN 192, a773c09) proposes no config the table cannot answer."""
+    from autotune.space.subspace import restrict
+
+    space = restrict(family, table.header.get("knobs", {}))
+    held = {knob: {row.knobs[knob] for row in table.rows.values() if knob in row.knobs} for knob in space.knobs}
+    return restrict(space, {knob: values for knob, values in held.items() if values})
+
+
 def replay(table_path: Path, out: Path, seeds: Sequence[int], evaluations: int, compiles: Sequence[str],
            samplers: Sequence[str], jobs: int = JOBS, gpu_time: bool = True, with_seeds: bool = True) -> list[Run]:
     """Every search of the replay; writes its runs and summary under ``out``. Without seeds, the family's
@@ -167,10 +178,9 @@ def replay(table_path: Path, out: Path, seeds: Sequence[int], evaluations: int, 
     from autotune.gpu.worker import GpuWorker
     from autotune.gpu_specs import gpu_spec
     from autotune.space.family import resolve_family
-    from autotune.space.subspace import restrict
 
     table = ReplayTable.load(table_path)
-    space = restrict(resolve_family(table.family), table.header.get("knobs", {}))
+    space = table_space(table, resolve_family(table.family))
     if not with_seeds:
         space.seeds = []
     gpu = gpu_spec(table.gpu)
