@@ -51,6 +51,11 @@ def test_space_text_output_names_reasons_and_resources():
     (["search", "--gpu", "h200", "--shape", "64", "--backend", "opencl"], ["'opencl'", "cupy", "fake"]),
     (["search", "--gpu", "h200", "--shape", "64", "--backend", "fake", "--sampler", "grid"],
      ["'grid'", "tpe", "random", "genetic"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--pin", "BM"], ["--pin 'BM'", "KNOB=VALUE"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--pin", "BM=x"], ["--pin 'BM=x'", "integer values"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--pin", "TILE=64"], ["--pin 'TILE'", "a knob of sgemm", "BM"]),
+    (["search", "--gpu", "h200", "--shape", "64", "--pin", "BM=48"], ["--pin 'BM=48'", "a value of BM", "128"]),
+    (["sweep", "--gpu", "h200", "--shapes", "llm", "--pin", "BM=48"], ["--pin 'BM=48'", "a value of BM"]),
     (["frobnicate"], ["frobnicate"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragments):
@@ -109,6 +114,19 @@ def test_search_and_query_end_to_end_with_the_fake_backend(tmp_path):
 
     other_gpu = autotune("query", "--gpu", "t4", "--shape", "100x60x40", "--db", db)
     assert other_gpu.returncode == 0 and "no results for t4" in other_gpu.stdout
+
+
+def test_a_pinned_search_tries_only_the_pinned_values_in_a_study_of_its_own(tmp_path):
+    db = f"sqlite:///{tmp_path}/results.db"
+    args = ["search", "--gpu", "h200", "--shape", "100x60x40", "--backend", "fake", "--db", db, "--jobs", "2"]
+    pinned = autotune(*args, "--trials", "5", "--pin", "BM=64", "--pin", "BK=8,16")
+    assert pinned.returncode == 0, pinned.stderr
+    assert "/pin:BK=8,16;BM=64: 5 configs evaluated" in pinned.stdout
+    rows = json.loads(autotune("query", "--gpu", "h200-fake", "--shape", "100x60x40", "--db", db, "--json").stdout)
+    assert rows and all("_bm64_" in row["config"] and ("_bk8_" in row["config"]) != ("_bk16_" in row["config"])
+                        for row in rows)  # the family's results, every one of them pinned
+    whole = autotune(*args, "--trials", "2")
+    assert "2 configs evaluated" in whole.stdout  # the family's own study: the pinned one's trials are not in it
 
 
 SPAWNING_SCRIPT = """

@@ -125,6 +125,34 @@ def add_problem_arguments(parser: argparse.ArgumentParser, family: bool = True, 
                                              "space file, e.g. ./my_space.toml (default: the one for --dtype)")
 
 
+def add_pin_argument(parser: argparse.ArgumentParser) -> None:
+    """--pin KNOB=V[,V...], repeatable: the family's knobs limited to some values (:func:`pins`)."""
+    parser.add_argument("--pin", action="append", default=[], metavar="KNOB=V[,V...]",
+                        help="search only these values of a knob of the family, e.g. --pin WN=192,224 --pin "
+                             "PERSISTENT=1 (repeatable; the search keeps a study of its own, its results are "
+                             "the family's)")
+
+
+def pins(texts: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The knobs and values of ``--pin`` options (``KNOB=V[,V...]``, repeatable; a knob named twice keeps the
+    last); not yet checked against a family.
+
+    Raises:
+        InputError: a text not of the form KNOB=V[,V...] with integer values.
+    """
+    parsed = {}
+    for text in texts:
+        knob, equals, values = text.partition("=")
+        try:
+            numbers = tuple(int(value) for value in values.split(","))
+        except ValueError:
+            numbers = ()
+        if not equals or not knob.strip() or not numbers:
+            raise InputError("--pin", _clipped(text), "KNOB=VALUE[,VALUE...] with integer values, e.g. WN=192,224")
+        parsed[knob.strip()] = numbers
+    return parsed
+
+
 def add_layout_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", default="row", help="how B is stored: row (K x N, row-major like A and C) or nt "
                                                         "(N x K: A @ B.T, nn.Linear's weight; default row)")

@@ -17,9 +17,11 @@ from autotune.cli.arguments import (
     Seconds,
     add_backend_argument,
     add_db_argument,
+    add_pin_argument,
     add_problem_arguments,
     add_wide_argument,
     add_worker_arguments,
+    pins,
     requested_gpu,
 )
 from autotune.cli.text import ProgressLine, paragraph, ratio_text, table, terminal_width
@@ -39,6 +41,7 @@ def register(sub) -> None:
     search.add_argument("--trials", action=Integer, least=1, most=MAX_TRIALS, default=100,
                         help="GPU evaluations in the study, every process sharing it together (default 100)")
     search.add_argument("--timeout", action=Seconds, help="stop this run after S seconds")
+    add_pin_argument(search)
     add_db_argument(search)
     search.add_argument("--seed", action=Integer, least=0, most=MAX_SEED, default=0,
                         help="sampler and input seed (default 0): one process with the same seed proposes the "
@@ -71,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     settings = SearchSettings(trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
                               repeats=args.repeats, objective=args.objective, sampler=args.sampler)
     request = SearchRequest(problem, args.family, GpuRequest(requested_gpu(args.gpu), args.gpu, args.device,
-                                                             args.backend), settings, args.workers, args.db)
+                                                             args.backend), settings, args.workers, args.db,
+                            pins(args.pin))
     request.check()
     _leave_the_heap_to_the_os_at_exit()
     progress = ProgressLine()

@@ -16,8 +16,10 @@ from autotune.cli.arguments import (
     add_db_argument,
     add_gpu_argument,
     add_layout_argument,
+    add_pin_argument,
     add_wide_argument,
     add_worker_arguments,
+    pins,
     requested_gpu,
 )
 from autotune.cli.text import ratio_text, table, terminal_width
@@ -49,6 +51,7 @@ def register(sub) -> None:
     sweep.add_argument("--cross-from", metavar="SHAPES",
                        help="time the best configs of these tuned shapes (a set or file, as --shapes) at the swept "
                             "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
+    add_pin_argument(sweep)
     add_db_argument(sweep)
     add_backend_argument(sweep)
     add_wide_argument(sweep)
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
                     for m, n, k in read_shapes(args.cross_from)) \
         if args.cross_from else ()
     requested = requested_gpu(args.gpu)
-    choose_family(args.family, args.dtype, requested or GPUS["h200"], args.layout)  # bad --family, --dtype, --layout: before the GPU
+    pinned = pins(args.pin)
+    choose_family(args.family, args.dtype, requested or GPUS["h200"], args.layout, pinned)  # bad --family, --dtype, --layout, --pin: before the GPU
     if args.top < 0:
         raise InputError("--top", args.top, "a number >= 0 (0: no cross measurement)")
     if args.device < 0:
@@ -74,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     settings = SweepSettings(trials=args.trials, top=args.top, timeout_s=args.timeout, cross_from=sources,
                              search=SearchSettings(jobs=args.jobs))
     request = SweepRequest(tuple(problems), args.dtype, args.family,
-                           GpuRequest(requested, args.gpu, args.device, args.backend), settings, args.db, args.layout)
+                           GpuRequest(requested, args.gpu, args.device, args.backend), settings, args.db, args.layout,
+                           pinned)
     line = SweepLine()
     with started_sweep(request, on_progress=line.progress, on_shape=line.shape) as sweep:
         env = sweep.worker.environment()

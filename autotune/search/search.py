@@ -98,13 +98,15 @@ class SearchResult:
 def study_name(space: SearchSpace, gpu_key: str, problem: GemmProblem, objective: str = "time",
                sampler: str = "tpe") -> str:
     """One study per family, GPU, problem (its layout too), template version and objective; a sampler other
-    than TPE keeps a study of its own."""
+    than TPE, and a space with pinned knobs (``--pin``), keep a study of their own."""
     layout = "" if problem.layout == "row" else f"/{problem.layout}"
     name = (
         f"{space.family}/{gpu_key}/{problem.shape}/{problem.dtype}{layout}/"
         f"alpha{problem.alpha:g}/beta{problem.beta:g}/{space.template_hash}"
     )
     name = name if objective == "time" else f"{name}/{objective}"
+    if space.pins:
+        name += "/pin:" + ";".join(f"{knob}={','.join(map(str, values))}" for knob, values in space.pins.items())
     return name if sampler == "tpe" else f"{name}/{sampler}"
 
 

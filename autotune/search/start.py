@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from autotune.errors import GpuMismatchError, InputError
@@ -27,6 +27,7 @@ from autotune.search.objective import make_objective
 from autotune.search.settings import SAMPLERS, SearchSettings, SweepSettings
 from autotune.search.timeline import SEARCH, Timeline, span
 from autotune.space.family import SearchSpace, families_for_dtype, load_space, resolve_family, shipped_families
+from autotune.space.subspace import pin
 from autotune.space.survey import survey
 
 if TYPE_CHECKING:
@@ -55,15 +56,18 @@ class SearchRequest:
     settings: SearchSettings
     workers: int = 1  # GPU workers, one per device from ``gpu.device`` on
     db: str | None = None  # the results database's URL (None: the default)
+    pins: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # --pin: knobs limited to values
 
     def check(self) -> None:
         """Fail before any process starts where the request cannot run: an unknown objective or sampler,
-        or a ``family`` that does not resolve or is not of the problem's dtype (naming one costs no survey)."""
+        or a ``family`` (or ``pins``) that does not resolve or is not of the problem's dtype (naming one costs
+        no survey)."""
         make_objective(self.settings.objective)
         if self.settings.sampler not in SAMPLERS:
             raise InputError("--sampler", self.settings.sampler, ", ".join(SAMPLERS))
-        if self.family:
-            choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"], self.problem.layout)
+        if self.family or self.pins:
+            choose_family(self.family, self.problem.dtype, self.gpu.requested or GPUS["h200"], self.problem.layout,
+                          self.pins)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +81,7 @@ class SweepRequest:
     settings: SweepSettings
     db: str | None = None
     layout: str = "row"
+    pins: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # --pin: knobs limited to values
 
 
 # -- starting -------------------------------------------------------------------------------------
@@ -96,14 +101,15 @@ def started_search(request: SearchRequest, timeline: Timeline | None = None,
             workers, pool = start_processes(request.gpu, request.workers, settings.jobs, stack)
         requested = request.gpu.requested
         with span(timeline, SEARCH, "choose family"):  # the GPU model is known: choose now
-            space = choose_family(request.family, problem.dtype, requested, problem.layout) if requested else None
+            space = choose_family(request.family, problem.dtype, requested, problem.layout, request.pins) \
+                if requested else None
         gpu = simulated(requested, request.gpu.backend) if requested else None
         opening = draw_opening(pool, space, gpu, problem, settings, request.gpu.device) if space else None
         from autotune.search.search import Search  # Optuna and the database load while the processes start
 
         if gpu is None:
             gpu = attached_gpu_spec(None, workers[0].environment(), request.gpu.name, workers[0].device_properties())
-            space = choose_family(request.family, problem.dtype, gpu, problem.layout)
+            space = choose_family(request.family, problem.dtype, gpu, problem.layout, request.pins)
 
         def on_start(env: Environment) -> None:
             check_attached(requested, env)
@@ -126,7 +132,7 @@ def started_sweep(request: SweepRequest, on_progress: Callable[[SweepProgress], 
 
         gpu = attached_gpu_spec(request.gpu.requested, worker.environment(), request.gpu.name,
                                 worker.device_properties())
-        space = choose_family(request.family, request.dtype, gpu, request.layout)
+        space = choose_family(request.family, request.dtype, gpu, request.layout, request.pins)
         store = stack.enter_context(_open_store(request.db))
         yield Sweep(space, gpu, request.problems, store, worker, pool, request.settings, on_progress=on_progress,
                     on_shape=on_shape)
@@ -213,10 +219,17 @@ def attached_gpu_spec(requested: GpuSpec | None, env: Environment, name: str,
     return dataclasses.replace(gpu, key=env.gpu_key) if simulated_gpu else gpu
 
 
-def choose_family(family: str | None, dtype: str, gpu: GpuSpec, layout: str = "row") -> SearchSpace:
+def choose_family(family: str | None, dtype: str, gpu: GpuSpec, layout: str = "row",
+                  pins: Mapping[str, tuple[int, ...]] | None = None) -> SearchSpace:
     """``family`` (a shipped family's name or the path of a space file, see
     :func:`~autotune.space.family.resolve_family`), which must be one for ``dtype`` and ``layout``; or
-    the highest-priority family for both that can run on ``gpu``."""
+    the highest-priority family for both that can run on ``gpu``; its knobs limited to the values ``pins``
+    names (:func:`~autotune.space.subspace.pin`)."""
+    space = _family(family, dtype, gpu, layout)
+    return pin(space, pins) if pins else space
+
+
+def _family(family: str | None, dtype: str, gpu: GpuSpec, layout: str) -> SearchSpace:
     check_dtype(dtype)
     if layout not in LAYOUTS:
         raise InputError("--layout", layout, LAYOUT_CHOICES)

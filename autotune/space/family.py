@@ -191,6 +191,7 @@ class SearchSpace:
     def __init__(self, path: Path, templates: Path | None = None):
         self.path = Path(path)
         self._variants: dict[tuple[str, str], SearchSpace] = {}  # this family's spaces per (dtype, layout), made once
+        self.pins: dict[str, tuple[int, ...]] = {}  # knobs a search limits to some values (subspace.pin)
         try:
             text = self.path.read_text()
             data = tomllib.loads(text)

@@ -8,7 +8,7 @@ of the sub-space is a config of the family, so what is measured on one is a resu
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from autotune.errors import InputError
 from autotune.space.family import SearchSpace
@@ -35,3 +35,22 @@ def restrict(space: SearchSpace, values: Mapping[str, Iterable[int]]) -> SearchS
     restricted.knobs = knobs
     restricted.seeds = [seed for seed in space.seeds if all(value in knobs[knob] for knob, value in seed.params)]
     return restricted
+
+
+def pin(space: SearchSpace, pins: Mapping[str, Sequence[int]]) -> SearchSpace:
+    """``space`` with the knobs of ``pins`` (``--pin KNOB=V,...``) limited to those values; a search over
+    it keeps a study of its own (:attr:`SearchSpace.pins` names it), its results those of the family.
+
+    Raises:
+        InputError: (naming ``--pin``) an unknown knob or a value the knob does not have.
+    """
+    for knob, values in pins.items():
+        if knob not in space.knobs:
+            raise InputError("--pin", knob, "a knob of " + space.family + ": " + ", ".join(space.knobs))
+        for value in values:
+            if value not in space.knobs[knob]:
+                raise InputError("--pin", f"{knob}={value}",
+                                 f"a value of {knob}: " + ", ".join(map(str, space.knobs[knob])))
+    pinned = restrict(space, pins)
+    pinned.pins = dict(sorted({**space.pins, **{knob: pinned.knobs[knob] for knob in pins}}.items()))
+    return pinned
