@@ -15,6 +15,9 @@ faster of the two there (the prediction against the measurement).
 Then: a misaligned and a strided operand (cuBLAS fallback, still correct), a
 PyTorch fp16 tensor (no copy: the runtime writes the tensor's own memory), and
 host time per call against ``cupy.matmul`` on a small shape.
+Every path is held to fp32 accumulation's bound, PyTorch's matmul (the fallback for bf16 tensors) too: the check
+turns off PyTorch's default bf16 reduced-precision reduction (``allow_bf16_reduced_precision_reduction``), which
+takes PyTorch's bf16 ``addmm`` at 777x1333x555 to 3.9x that bound (0.46x without it; bench/mlp_kernels.py).
 Writes runtime_check.csv and runtime_check.json under --out; exits 1 on any failure.
 """
 
@@ -199,6 +202,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.table:
         autotune.load(args.table)
+    try:
+        import torch
+
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    except ImportError:
+        pass  # no bf16 tensors to check either
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
