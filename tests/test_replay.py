@@ -195,3 +195,18 @@ def test_an_xz_table_reads_as_its_text(table_path, tmp_path):
     packed.write_bytes(b"not xz")
     with pytest.raises(ReplayTableError, match="cannot read replay table"):
         ReplayTable.load(packed)
+
+
+def test_a_replay_searches_the_knob_values_its_table_holds(table_path, tmp_path):
+    """A space file widened after its table was measured (a value no row holds) is searched as measured."""
+    lines = [json.loads(line) for line in table_path.read_text().splitlines()]
+    narrow = tmp_path / "narrow.jsonl"
+    narrow.write_text("".join(json.dumps(line) + "\n" for line in lines
+                              if line["kind"] != "config" or line["knobs"]["SKEW"] != 3))
+    table = ReplayTable.load(narrow)
+    space = replay.table_space(table, SearchSpace(TINY))
+    assert space.knobs["SKEW"] == (0, 1, 2) and space.knobs["ROWS"] == SearchSpace(TINY).knobs["ROWS"]
+    assert space.template_hash == SearchSpace(TINY).template_hash  # the family's configs, names and studies
+    (run,) = replay.replay(narrow, tmp_path / "out", seeds=[0], evaluations=24, compiles=["warm"], samplers=["tpe"],
+                           jobs=2, gpu_time=False)
+    assert run.evaluations == 24 and all(name in table.rows for name in run.order)

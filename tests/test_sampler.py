@@ -350,3 +350,104 @@ def test_breeding_finds_the_best_in_fewer_evaluations_than_random_search(monkeyp
     assert bred < 0.7 * drawn
     monkeypatch.setattr(sampler_module, "breed", lambda *args: None)  # every proposal a random draw
     assert statistics.mean(_evaluations_to_the_best("genetic", seed) for seed in seeds) > 0.7 * drawn
+
+
+# -- the opening spread over the knobs' values, and TPE's candidates ------------------------------------------
+
+
+def _values_covered(configs, space) -> int:
+    return sum(len({config[knob] for config in configs}) for knob, values in space.knobs.items() if len(values) > 1)
+
+
+def test_the_opening_tries_every_value_of_every_knob_where_uniform_draws_miss_some(monkeypatch):
+    """8 configs of the tiny space (4 knobs of 4 values) can hold all 16 values: the spread opening does,
+    from every seed; with a pool of one (a uniformly random feasible config each time) most openings miss some."""
+    from autotune.search import draws
+
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    space.seeds = []
+
+    def covered(seed: int) -> int:
+        return _values_covered(draws.FeasibleDraws(space, H200, problem, seed=seed, n_startup=8).opening(8), space)
+
+    assert [covered(seed) for seed in range(10)] == [16] * 10
+    monkeypatch.setattr(draws, "SPREAD_POOL", 1)
+    assert sum(covered(seed) == 16 for seed in range(10)) <= 3
+
+
+def test_a_spread_config_takes_the_values_the_configs_tried_hold_least():
+    """Configs tried elsewhere (another process's trials, the search's configs in flight) count too."""
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)
+    space.seeds = []
+    proposer = Proposer(space, H200, problem, seed=3, n_startup=8)
+    tried = [{"ROWS": 1, "COLS": cols, "UNROLL": 1, "SKEW": 0} for cols in (1, 2, 4)]
+    config = proposer.spread(set(), tried)
+    assert config["ROWS"] != 1 and config["UNROLL"] != 1 and config["SKEW"] != 0 and config["COLS"] == 8
+    assert space.check(config, H200, problem).feasible
+    running = [optuna.trial.create_trial(state=TrialState.RUNNING, params=space.config(values).as_dict(),
+                                         distributions=proposer.distributions) for values in tried]
+    proposed = proposer.next(optuna.create_study(), running, {space.config(values).name for values in tried})
+    assert proposed["ROWS"] != 1 and proposed["SKEW"] != 0  # the opening's next config, spread from the study's
+
+
+def test_a_search_goes_on_with_the_spread_its_opening_began():
+    """The opening drawn before the study (one config per compile process) and the rest of it proposed by
+    the search that takes its draws over are the opening one draw of all of it gives."""
+    from autotune.search.draws import SPREAD_POOL, FeasibleDraws
+
+    space, problem = SearchSpace(TINY), GemmProblem(64, 64, 64)  # 160 feasible configs
+    space.seeds = []
+    early = FeasibleDraws(space, H200, problem, seed=4, n_startup=8)
+    in_flight = early.opening(3)
+    assert len(early._pool) == SPREAD_POOL - 1  # kept for the next draws: topped up, less the config chosen
+    proposer = Proposer(space, H200, problem, seed=99, n_startup=8)
+    proposer.take_over(early)
+    study = optuna.create_study()
+    while (config := proposer.next(study, [], {c.name for c in in_flight}, in_flight=in_flight)) is not WAIT:
+        in_flight.append(config)
+    assert in_flight == FeasibleDraws(space, H200, problem, seed=4, n_startup=8).opening(8)
+
+
+def test_tpe_alternates_the_incumbents_neighbours_and_ei_candidates_distinct_admissible_configs(space, monkeypatch):
+    """TPE's first proposal scores the incumbent's admissible one-knob neighbours, its second EI_CANDIDATES
+    distinct feasible configs drawn from l(x) (Optuna's TPE scores 24 draws, the same config drawn again among
+    them); none of them taken."""
+    from autotune.search import optuna_private
+
+    proposer = Proposer(space, H200, PROBLEM, seed=2, n_startup=8)
+    taken, trials = {config.name for config in proposer.fixed_configs()}, []  # the opening's seeds, tried
+    for i in range(20):
+        config = proposer.random(taken)
+        taken.add(config.name)
+        trials.append(measured(proposer, config, 10.0 / (config["BM"] * config["BN"]) + 1e-3 * i))
+    scored = []
+    acquisition = optuna_private.acquisition
+    monkeypatch.setattr(optuna_private, "acquisition",
+                        lambda sampler, candidates, *rest: scored.append(candidates) or acquisition(sampler, candidates,
+                                                                                                  *rest))
+
+    def scored_configs(candidates):
+        rows = list(zip(*(candidates[knob].tolist() for knob in proposer.varying)))
+        assert len(rows) == len(set(rows))
+        configs = [proposer.set_up({**proposer.fixed, **{knob: proposer.varying[knob].choices[int(i)]
+                                                          for knob, i in zip(proposer.varying, row)}}) for row in rows]
+        assert all(c.name not in taken and space.check(c, H200, PROBLEM).feasible for c in configs)
+        return configs
+
+    best = min(trials, key=lambda trial: trial.values[0]).params
+    first = proposer.next(optuna.create_study(), trials, taken)
+    neighbours = scored_configs(scored.pop())
+    assert first in neighbours and 0 < len(neighbours) < sampler_module.EI_CANDIDATES
+    assert all(sum(c[knob] != best[knob] for knob in proposer.varying) == 1 for c in neighbours)
+    taken.add(first.name)
+    second = proposer.next(optuna.create_study(), trials, taken)
+    drawn = scored_configs(scored.pop())
+    assert len(drawn) == sampler_module.EI_CANDIDATES and second in drawn
+
+
+def test_tpe_finds_the_best_in_fewer_evaluations_than_random_search():
+    """The tiny space's landscape, ten seeds, no seeds in the opening: TPE needs well under random search's."""
+    seeds = range(10)
+    learned = statistics.mean(_evaluations_to_the_best("tpe", seed) for seed in seeds)
+    drawn = statistics.mean(_evaluations_to_the_best("random", seed) for seed in seeds)
+    assert learned < 0.5 * drawn

@@ -1,10 +1,19 @@
 """Feasible configs drawn at random: what a search tries before TPE has results to learn from.
 
-A search's opening (its warm-start configs, the space's seeds, then uniformly
-random feasible configs, N_STARTUP in all unless the fixed ones alone are more)
-needs no study: :mod:`autotune.search.start` draws its first configs and starts
-compiling them before Optuna and the database are loaded, and the search takes
-the opening and its draws over. This module loads neither Optuna nor NumPy.
+A search's opening (its warm-start configs, the space's seeds, then random
+feasible configs spread over the knobs' values, N_STARTUP in all unless the fixed
+ones alone are more) needs no study: :mod:`autotune.search.start` draws its first
+configs and starts compiling them before Optuna and the database are loaded, and
+the search takes the opening and its draws over. This module loads neither Optuna
+nor NumPy.
+
+The opening's random configs are spread (:meth:`FeasibleDraws.spread`): each is the
+one of SPREAD_POOL uniformly random feasible configs whose knob values the opening
+has tried least. Uniform draws over the feasible configs favour the values most
+combinations admit (narrow tiles, few stages), while the fastest configs of a GEMM
+space tend to use values few combinations admit (wide tiles near the register and
+shared-memory limits); an opening that tries each knob's values about equally
+often gives TPE a result for each of them (bench/NOTES.md, the replay benchmark).
 """
 
 from __future__ import annotations
@@ -14,7 +23,8 @@ import functools
 import hashlib
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from autotune.errors import SearchError
 from autotune.gpu_specs import GpuSpec
@@ -25,6 +35,7 @@ from autotune.space.survey import SpaceTooLarge, feasible_configs
 MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
 MAX_LISTED = 1_000_000  # feasible configs listed at most (the first in enumeration order)
 N_STARTUP = 16  # results TPE waits for: the opening's size (fixed configs and random draws together)
+SPREAD_POOL = 128  # random feasible configs each of the opening's random configs is chosen from
 SEED_RANGE = 2**32  # samplers take seeds below this
 
 
@@ -63,8 +74,11 @@ class FeasibleDraws:
         self.rng = random.Random(seed)
         self.opened = 0  # opening configs handed out: fixed ones and random draws
         self.rejected = 0  # configs screened out because a static rule rejects them
+        self.spread_knobs = tuple(knob for knob, values in space.knobs.items()
+                                  if len(values) > 1 and knob not in space.specialized)  # what a search chooses
         self._feasible: dict[tuple, bool] = {}
         self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
+        self._pool: list[Config] = []  # random feasible configs the opening's next spread config is chosen from
 
     def set_up(self, values: dict[str, int]) -> Config:
         """The config of these knob values with its ``[specialize]`` knobs as the problem sets them (a
@@ -99,6 +113,26 @@ class FeasibleDraws:
         left = [config for config in self._listed if config.name not in taken]
         return self.rng.choice(left) if left else None
 
+    def spread(self, taken: set[str], tried: Iterable[Mapping[str, int]]) -> Config | None:
+        """A random feasible config, not taken, whose knob values ``tried`` (the knob values of configs
+        tried or handed out) holds least often: of a pool of SPREAD_POOL random feasible configs (kept
+        from call to call, topped up with new draws), the one with the most ``1 / (1 + n)``, summed over
+        the knobs a search chooses, where n counts ``tried``'s configs with its value of that knob; the
+        earliest drawn of those that tie. None when every feasible config is taken."""
+        self._pool = [config for config in self._pool if config.name not in taken]
+        while len(self._pool) < SPREAD_POOL:
+            config = self.random(taken | {config.name for config in self._pool})
+            if config is None:
+                break
+            self._pool.append(config)
+        if not self._pool:
+            return None
+        counts = Counter((knob, values[knob]) for values in tried for knob in self.spread_knobs if knob in values)
+        score = lambda config: sum(1 / (1 + counts[knob, config[knob]]) for knob in self.spread_knobs)  # noqa: E731
+        chosen = max(self._pool, key=score)  # the first of equals: the earliest drawn
+        self._pool.remove(chosen)
+        return chosen
+
     def fixed_configs(self) -> Iterator[Config]:
         """The configs tried first, fixed in advance: the warm-start configs, then the space's seeds,
         each set up for the problem (:meth:`SearchSpace.for_problem`) and tried once, where the static rules
@@ -117,12 +151,12 @@ class FeasibleDraws:
 
     def opening(self, count: int) -> list[Config]:
         """The first ``count`` configs a search tries whatever its study holds: the fixed ones, then
-        random feasible configs; no more than the opening holds. Draws with the same seed give the
-        same opening."""
+        random feasible configs spread over the knobs' values (:meth:`spread`); no more than the opening
+        holds. Draws with the same seed give the same opening."""
         count = min(count, self.opening_quota - self.opened)
         chosen = {config.name: config for config in itertools.islice(self.fixed_configs(), count)}
         while len(chosen) < count:
-            config = self.random(set(chosen))
+            config = self.spread(set(chosen), [config.as_dict() for config in chosen.values()])
             if config is None:
                 break
             chosen[config.name] = config
@@ -131,10 +165,10 @@ class FeasibleDraws:
 
     def take_over(self, earlier: FeasibleDraws) -> None:
         """Go on from ``earlier``'s draws (of the same space, GPU, problem and warm start): its random
-        state, the configs it checked, those it rejected and the opening it handed out, as if these
-        draws had made them."""
+        state, the configs it checked, those it rejected, the opening it handed out and the pool its
+        spread configs are chosen from, as if these draws had made them."""
         self.rng, self.rejected, self.opened = earlier.rng, earlier.rejected, earlier.opened
-        self._feasible, self._listed = earlier._feasible, earlier._listed
+        self._feasible, self._listed, self._pool = earlier._feasible, earlier._listed, earlier._pool
 
 
 @dataclasses.dataclass(frozen=True)

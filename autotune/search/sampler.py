@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy
 import optuna
@@ -52,45 +52,77 @@ from autotune.space.family import Config, SearchSpace
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
 MAX_DRAWS = 4096  # candidates drawn from l(x) per proposal at most, before falling back to a random config
+EI_CANDIDATES = 256  # distinct admissible candidates TPE compares per proposal (Optuna's default: 24 draws)
+NEAR_EVERY = 2  # every second TPE proposal is of the incumbent's one-knob neighbours
 TOURNAMENT = 6  # measured configs drawn per tournament: the best of them is a parent
 MAX_CHILDREN = 64  # children bred per proposal at most, before falling back to a random config
+
+
+def neighbours(values: dict[str, int], search_space: dict[str, CategoricalDistribution]) -> Iterator[dict[str, int]]:
+    """``values`` with one knob of ``search_space`` moved to another of its choices: every such config."""
+    for knob, distribution in search_space.items():
+        for choice in distribution.choices:
+            if choice != values[knob]:
+                yield {**values, knob: choice}
 
 
 class FeasibleTpeSampler(optuna.samplers.TPESampler):
     """TPE whose candidates are screened: only admissible ones reach the l(x)/g(x) comparison.
 
-    ``n_ei_candidates`` admissible candidates are compared, as plain TPE compares that many
-    candidates; drawing stops after MAX_DRAWS.
+    ``n_ei_candidates`` distinct admissible candidates drawn from l(x) are compared (plain TPE
+    compares that many draws, repeats included); drawing stops after MAX_DRAWS. Given an
+    incumbent (``near``), the candidates are its admissible one-knob neighbours instead.
     """
 
     def propose(self, study: optuna.Study, trials: list[FrozenTrial],
                 search_space: dict[str, CategoricalDistribution],
-                admissible: Callable[[dict[str, int]], bool]) -> dict[str, int] | None:
-        """The best admissible candidate by l(x)/g(x) given ``trials`` (running ones count as bad),
-        or None when no admissible candidate was drawn."""
+                admissible: Callable[[dict[str, int]], bool], near: dict[str, int] | None = None
+                ) -> dict[str, int] | None:
+        """The best admissible candidate by l(x)/g(x) given ``trials`` (running ones count as bad):
+        of candidates drawn from l(x), or of the one-knob neighbours of ``near``; None when there
+        is no admissible candidate."""
         finished = sum(trial.state != TrialState.RUNNING for trial in trials)
         below, above = private.split_trials(study, trials, private.tpe_gamma(self, study)(finished))
         mpe_below = private.parzen_estimator(self, study, search_space, below, below=True)
         mpe_above = private.parzen_estimator(self, study, search_space, above, below=False)
+        if near is None:
+            kept = self._candidates(mpe_below, search_space, admissible)
+        else:
+            kept = {_internal(params, search_space): params
+                    for params in neighbours(near, search_space) if admissible(params)}
+        if not kept:
+            return None
+        candidates = {name: numpy.array([row[i] for row in kept]) for i, name in enumerate(search_space)}
+        scores = private.acquisition(self, candidates, mpe_below, mpe_above)
+        return list(kept.values())[int(numpy.argmax(scores))]
+
+    def _candidates(self, mpe_below, search_space: dict[str, CategoricalDistribution],
+                    admissible: Callable[[dict[str, int]], bool]) -> dict[tuple, dict[str, int]]:
+        """Up to ``n_ei_candidates`` distinct admissible candidates drawn from l(x), in the order drawn:
+        their internal representations (one per knob of ``search_space``) and their knob values."""
         wanted, rng = private.ei_candidates(self), private.tpe_rng(self)
-        kept: list[dict[str, int]] = []
+        kept: dict[tuple, dict[str, int]] = {}
+        seen: set[tuple] = set()
         drawn = 0
         while len(kept) < wanted and drawn < MAX_DRAWS:
             draws = private.sample(mpe_below, rng, DRAW_CHUNK)
             drawn += DRAW_CHUNK
-            for row in range(DRAW_CHUNK):
-                params = {name: distribution.to_external_repr(draws[name][row])
-                          for name, distribution in search_space.items()}
+            for row in zip(*(draws[name].tolist() for name in search_space)):
+                if row in seen:
+                    continue
+                seen.add(row)
+                params = {name: distribution.to_external_repr(value)
+                          for (name, distribution), value in zip(search_space.items(), row)}
                 if admissible(params):
-                    kept.append(params)
+                    kept[row] = params
                     if len(kept) == wanted:
                         break
-        if not kept:
-            return None
-        candidates = {name: numpy.array([distribution.to_internal_repr(params[name]) for params in kept])
-                      for name, distribution in search_space.items()}
-        scores = private.acquisition(self, candidates, mpe_below, mpe_above)
-        return kept[int(numpy.argmax(scores))]
+        return kept
+
+
+def _internal(params: dict[str, int], search_space: dict[str, CategoricalDistribution]) -> tuple:
+    """A config's internal representation in ``search_space``: its choices' indices, as TPE draws them."""
+    return tuple(float(distribution.to_internal_repr(params[name])) for name, distribution in search_space.items())
 
 
 Parent = tuple[dict[str, int], Sequence[float]]  # a measured config's knob values and its objective values
@@ -155,7 +187,8 @@ class Proposer(FeasibleDraws):
         self.varying = {knob: d for knob, d in self.distributions.items()  # what TPE chooses: not what the problem sets
                         if len(d.choices) > 1 and knob not in space.specialized}
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
-        self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup)
+        self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup,
+                                          n_ei_candidates=EI_CANDIDATES)
         self.learned: set[str] = set()  # configs TPE proposed (or breeding bred) from the study's results: the
                                         # others were fixed or drawn
 
@@ -179,7 +212,7 @@ class Proposer(FeasibleDraws):
         if finished < self.n_startup and not self.learned:  # once TPE has proposed, it goes on
             if self.opened < self.opening_quota and len(trials) + len(in_flight) < self.n_startup:
                 self.opened += 1
-                return self.random(taken)
+                return self.spread(taken, [*(trial.params for trial in trials), *(c.as_dict() for c in in_flight)])
             if len(trials) > finished or in_flight:
                 return WAIT  # TPE (or breeding) proposes once the opening's results are in
         admissible = lambda values: self._admissible(values, taken)  # noqa: E731
@@ -188,13 +221,32 @@ class Proposer(FeasibleDraws):
                        for trial in trials if trial.state == TrialState.COMPLETE]
             params = breed(parents, {knob: d.choices for knob, d in self.varying.items()}, self.rng, admissible)
         else:
-            liars = [self._liar(config) for config in in_flight]
-            params = self.sampler.propose(study, trials + liars, self.varying, admissible)
+            params = self._tpe(study, trials + [self._liar(config) for config in in_flight], admissible)
         if params is not None:
             config = self.set_up({**self.fixed, **params})
             self.learned.add(config.name)
             return config
         return self.random(taken)
+
+    def _tpe(self, study: optuna.Study, trials: list[FrozenTrial],
+             admissible: Callable[[dict[str, int]], bool]) -> dict[str, int] | None:
+        """TPE's proposal: every NEAR_EVERY-th (the first included) of the incumbent's neighbourhood where
+        it has an admissible config left, the others (and those) of candidates drawn from l(x)."""
+        incumbent = self.incumbent(study, trials) if len(self.learned) % NEAR_EVERY == 0 else None
+        if incumbent is not None:
+            params = self.sampler.propose(study, trials, self.varying, admissible, near=incumbent)
+            if params is not None:
+                return params
+        return self.sampler.propose(study, trials, self.varying, admissible)
+
+    def incumbent(self, study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, int] | None:
+        """The knob values TPE chooses of the best measured config of ``trials`` (the first of equals);
+        None where nothing is measured, or the study has several objectives (no one best)."""
+        measured = [trial for trial in trials if trial.state == TrialState.COMPLETE]
+        if not measured or len(study.directions) > 1:
+            return None
+        best = min(measured, key=lambda trial: trial.values[0])
+        return {knob: best.params[knob] for knob in self.varying}
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:
         config = self.set_up({**self.fixed, **values})
