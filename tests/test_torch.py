@@ -234,7 +234,7 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     device = _device_with_launches(monkeypatch, table, [("f16", shape)])
     runtime = Runtime(device, (table, "the shipped table"))
     requests = []
-    runtime.tuner = type("Tuner", (), {"request": lambda self, dtype, shape: requests.append(shape)})()
+    runtime.tuner = type("Tuner", (), {"request": lambda self, dtype, shape, layout: requests.append(shape)})()
     m, n, k = shape
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
     out = torch.full((m, n), float("nan"), dtype=torch.float16)

@@ -67,8 +67,8 @@ def test_a_missed_shape_is_searched_in_the_background_and_served_afterwards(user
                      "    time.sleep(0.05)\n"
                      "sys.exit(3)")
 
-    def commands(dtype, shape):  # the search, played by an import of results measured at the shape
-        assert (dtype, shape) == ("f32", MISSED)
+    def commands(dtype, shape, layout):  # the search, played by an import of results measured at the shape
+        assert (dtype, shape, layout) == ("f32", MISSED, "row")
         return [[sys.executable, "-c", wait_for_gate],
                 [sys.executable, "-m", "autotune", "results", "import", str(results), "--db", user_db]]
 
@@ -78,10 +78,10 @@ def test_a_missed_shape_is_searched_in_the_background_and_served_afterwards(user
     assert before.missed and "nearest tuned shape" in before.reason
     for _ in range(3):  # the search is held at its gate: every call runs, as the nearest tuned shape says
         numpy.testing.assert_allclose(runtime.gemm(a, b), a @ b, rtol=1e-3, atol=1e-3)
-    assert runtime.tuner.requested == [("f32", MISSED)] and runtime.tuner.finished == []
+    assert runtime.tuner.requested == [("f32", MISSED, "row")] and runtime.tuner.finished == []
     gate.touch()
     assert runtime.tuner.wait(120)
-    assert runtime.tuner.finished == [("f32", MISSED, 0)]
+    assert runtime.tuner.finished == [("f32", MISSED, "row", 0)]
     assert ("warm", runtime.explain(a, b).kernel.name) in runtime.device.calls  # loaded before a call needs it
     after = runtime.explain(a, b)
     assert not after.missed and not after.uses_cublas and after.reason.startswith("tuned at this shape")
@@ -95,24 +95,27 @@ def test_a_missed_shape_is_searched_in_the_background_and_served_afterwards(user
 def test_a_shape_is_asked_for_once_and_the_budget_of_searches_holds(tmp_path):
     ran = []
 
-    def commands(dtype, shape):
-        ran.append(shape)
+    def commands(dtype, shape, layout):
+        ran.append((dtype, shape, layout))
         return [[sys.executable, "-c", "pass"]]
 
-    tuner = Tuner(TuningSettings(max_searches=2), commands, lambda dtype, shape: None, tmp_path / "tuning.log")
-    assert tuner.request("f32", (10, 20, 30)) and not tuner.request("f32", (10, 20, 30))
-    assert tuner.request("f16", (10, 20, 30)) and not tuner.request("f32", (1, 2, 3))
+    tuner = Tuner(TuningSettings(max_searches=3), commands, lambda dtype, shape, layout: None, tmp_path / "tuning.log")
+    assert tuner.request("f32", (10, 20, 30)) and not tuner.request("f32", (10, 20, 30), "row")
+    assert tuner.request("f16", (10, 20, 30)) and tuner.request("f16", (10, 20, 30), "nt")
+    assert not tuner.request("f32", (1, 2, 3))
     assert tuner.wait(60)
-    assert sorted(ran) == [(10, 20, 30), (10, 20, 30)] and len(tuner.finished) == 2
+    assert sorted(ran) == [("f16", (10, 20, 30), "nt"), ("f16", (10, 20, 30), "row"), ("f32", (10, 20, 30), "row")]
+    assert len(tuner.finished) == 3
 
 
 def test_a_failing_search_is_logged_and_the_table_is_kept(tmp_path):
     tuned = []
-    tuner = Tuner(TuningSettings(), lambda dtype, shape: [[sys.executable, "-c", "print('no GPU'); raise SystemExit(4)"]],
-                  lambda dtype, shape: tuned.append(shape), tmp_path / "tuning.log")
+    tuner = Tuner(TuningSettings(),
+                  lambda dtype, shape, layout: [[sys.executable, "-c", "print('no GPU'); raise SystemExit(4)"]],
+                  lambda dtype, shape, layout: tuned.append(shape), tmp_path / "tuning.log")
     tuner.request("f32", (64, 64, 64))
     assert tuner.wait(60)
-    assert tuner.finished == [("f32", (64, 64, 64), 4)] and tuned == [(64, 64, 64)]
+    assert tuner.finished == [("f32", (64, 64, 64), "row", 4)] and tuned == [(64, 64, 64)]
     log = (tmp_path / "tuning.log").read_text()
     assert "no GPU" in log and "exit code 4" in log
 
@@ -130,12 +133,21 @@ def test_tuning_is_off_unless_asked_for_and_off_with_a_loaded_table(monkeypatch)
     assert runtime.tuner is None
 
 
-def test_the_search_commands_are_ones_the_command_line_takes():
+@pytest.mark.parametrize("layout", ["row", "nt"])
+def test_the_search_commands_are_ones_the_command_line_takes(layout):
     parser = build_parser()
-    for command in search_commands("f16", (77, 4096, 14336), 1, "sqlite:////tmp/r.db", TuningSettings(trials=30)):
+    for command in search_commands("f16", (77, 4096, 14336), 1, "sqlite:////tmp/r.db", TuningSettings(trials=30),
+                                   layout):
         assert command[:3] == [sys.executable, "-m", "autotune"]
         args = parser.parse_args(command[3:])
-    assert (args.shape, args.trials, args.device, args.gpu) == ("77x4096x14336", 30, 1, "auto")
+    assert (args.shape, args.trials, args.device, args.gpu, args.layout) == ("77x4096x14336", 30, 1, "auto", layout)
+
+
+def test_only_layouts_a_family_is_meant_to_serve_are_searched_on_a_miss():
+    from autotune.runtime.tuning import searchable
+
+    assert searchable("f16", "nt") and searchable("bf16", "nt") and searchable("f32", "row")
+    assert not searchable("f32", "nt")  # only the naive teaching family stores B transposed in f32
 
 
 @pytest.mark.parametrize("settings, fragment", [
@@ -148,3 +160,19 @@ def test_a_budget_that_cannot_run_is_one_clear_error(settings, fragment):
     with pytest.raises(InputError, match=fragment) as raised:
         TuningSettings(**settings)
     assert "\n" not in str(raised.value)
+
+
+def test_a_miss_of_b_stored_transposed_is_queued_with_its_layout(user_db, tmp_path):
+    """``x @ W.T`` at a shape no nt kernel was tuned for is searched with ``--layout nt``; f32, which no family
+    but the naive one serves that way, is not searched."""
+    asked = []
+    runtime = Runtime(HostDevice(), tuning=TuningSettings(trials=5, timeout_s=30),
+                      commands=lambda dtype, shape, layout: asked.append((dtype, shape, layout)) or [])
+    rng = numpy.random.default_rng(1)
+    for dtype in (numpy.float16, numpy.float32):
+        x, weight = rng.standard_normal((48, 40)).astype(dtype), rng.standard_normal((24, 40)).astype(dtype)
+        assert runtime.explain(x, weight.T).missed
+        numpy.testing.assert_allclose(runtime.gemm(x, weight.T), x.astype(numpy.float32) @ weight.T.astype(numpy.float32),
+                                      rtol=2e-2, atol=2e-2)
+    assert runtime.tuner.wait(60)
+    assert runtime.tuner.requested == [("f16", (48, 24, 40), "nt")] and asked == [("f16", (48, 24, 40), "nt")]

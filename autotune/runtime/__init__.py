@@ -27,7 +27,7 @@ from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, 
 from autotune.runtime.operands import (Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory, torch_element,
                                        torch_operand)
 from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
-from autotune.runtime.tuning import Tuner, TuningSettings, search_commands
+from autotune.runtime.tuning import Tuner, TuningSettings, search_commands, searchable
 from autotune.select.kernel_table import KernelTable, read_table
 
 PROBED_ROWS = tuple(sorted({2**i for i in range(15)} | {3 * 2**i for i in range(13)}))  # 1, 2, 3, 4, 6, ... 16384
@@ -59,8 +59,8 @@ class Runtime:
 
     def tune(self, settings: TuningSettings | None, commands=None) -> None:
         """Search the shapes this runtime misses in the background (:mod:`autotune.runtime.tuning`), within
-        ``settings``' budget; None stops queueing new ones. ``commands(dtype, shape)`` gives what a search
-        runs (:func:`~autotune.runtime.tuning.search_commands` by default)."""
+        ``settings``' budget; None stops queueing new ones. ``commands(dtype, shape, layout)`` gives what a
+        search runs (:func:`~autotune.runtime.tuning.search_commands` by default)."""
         if settings is None:
             self.tuner = None
             return
@@ -70,16 +70,16 @@ class Runtime:
                           "the runtime then does not read", RuntimeWarning, stacklevel=3)
             return
         if commands is None:
-            def commands(dtype, shape):
+            def commands(dtype, shape, layout):
                 from autotune.results import default_url
 
-                return search_commands(dtype, shape, self.device.index, default_url(), settings)
+                return search_commands(dtype, shape, self.device.index, default_url(), settings, layout)
 
         from autotune.kernel.compile import cache_dir
 
         self.tuner = Tuner(settings, commands, self._table_again, cache_dir() / "tuning" / f"{os.getpid()}.log")
 
-    def _table_again(self, dtype: str, shape: tuple[int, int, int], layout: str = "row") -> None:
+    def _table_again(self, dtype: str, shape: tuple[int, int, int], layout: str) -> None:
         """Build the table again (a search at ``shape`` has added results), load the kernel it picks there,
         and use the table for the calls that follow."""
         choice = choose_table(self.device.name, self.device.arch, self.device.index, self._loaded)
@@ -199,8 +199,8 @@ class Runtime:
         if decision is None:
             decision = self._decisions[key] = decide(self.choice, a, b, c)
             tuner = self.tuner
-            if decision.missed and tuner is not None and decision.layout == "row":  # searches tune layout row
-                tuner.request(decision.dtype, decision.shape)
+            if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
+                tuner.request(decision.dtype, decision.shape, decision.layout)
         return decision
 
 

@@ -3,7 +3,8 @@
 Opt-in, never on by default: ``AUTOTUNE_TUNE=1`` in the environment, or
 :func:`autotune.tune_on_miss`. A call whose shape the table was not tuned at (its kernel
 carried from the nearest tuned shape, cuBLAS outside the tuned range, or no table for this
-GPU) goes on as before, and the shape is queued; one thread of the process runs the
+GPU) goes on as before, and the shape is queued with its layout (B row-major, or ``W.T`` of a
+row-major weight, where a family serves that layout); one thread of the process runs the
 queue's searches one after another, each ``autotune search`` a process of its own with a
 bounded budget (trials and seconds), into the user's results database (which gets the
 shipped results first, so its table still serves every other shape). When a search ends
@@ -15,6 +16,7 @@ wherever the table finds it faster than cuBLAS. Nothing a call does waits on a s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import queue
 import subprocess
@@ -52,16 +54,26 @@ class TuningSettings:
 
 
 def search_commands(dtype: str, shape: tuple[int, int, int], device: int, db_url: str,
-                    settings: TuningSettings) -> list[list[str]]:
-    """The commands that tune one shape: the shipped results into the database (once; a result already
-    there is stored once), then a bounded search on the attached GPU."""
+                    settings: TuningSettings, layout: str = "row") -> list[list[str]]:
+    """The commands that tune one shape of ``layout`` (how B is stored): the shipped results into the
+    database (once; a result already there is stored once), then a bounded search on the attached GPU."""
     m, n, k = shape
     autotune = [sys.executable, "-m", "autotune"]
     return [
         [*autotune, "results", "import", "--shipped", "--db", db_url],
         [*autotune, "search", "--gpu", "auto", "--device", str(device), "--shape", f"{m}x{n}x{k}",
-         "--dtype", dtype, "--trials", str(settings.trials), "--timeout", f"{settings.timeout_s:g}", "--db", db_url],
+         "--dtype", dtype, "--layout", layout, "--trials", str(settings.trials), "--timeout",
+         f"{settings.timeout_s:g}", "--db", db_url],
     ]
+
+
+@functools.cache
+def searchable(dtype: str, layout: str) -> bool:
+    """Whether ``dtype`` with B stored as ``layout`` has a shipped family meant to serve it (priority >= 0, not a
+    teaching step such as ``naive``): only there can a search on a miss find a kernel worth the table's pick."""
+    from autotune.space.family import families_for_dtype, load_space
+
+    return any(load_space(name).priority >= 0 for name in families_for_dtype(dtype, layout))
 
 
 class Tuner:
@@ -70,18 +82,20 @@ class Tuner:
 
     Args:
         settings: the budget.
-        commands: ``(dtype, shape) -> [argv, ...]``, run in turn for each shape (a failing one ends that
-            shape's turn); :func:`search_commands` by default.
-        on_tuned: ``on_tuned(dtype, shape)``, called in the tuning thread once a shape's commands have run.
+        commands: ``(dtype, shape, layout) -> [argv, ...]``, run in turn for each shape (a failing one ends
+            that shape's turn); :func:`search_commands` by default.
+        on_tuned: ``on_tuned(dtype, shape, layout)``, called in the tuning thread once a shape's commands
+            have run.
         log: the file the commands' output is appended to.
     """
 
-    def __init__(self, settings: TuningSettings, commands: Callable[[str, tuple[int, int, int]], Sequence[list[str]]],
-                 on_tuned: Callable[[str, tuple[int, int, int]], None], log: Path):
+    def __init__(self, settings: TuningSettings,
+                 commands: Callable[[str, tuple[int, int, int], str], Sequence[list[str]]],
+                 on_tuned: Callable[[str, tuple[int, int, int], str], None], log: Path):
         self.settings = settings
         self.log = log
-        self.requested: list[tuple[str, tuple[int, int, int]]] = []
-        self.finished: list[tuple[str, tuple[int, int, int], int]] = []  # (dtype, shape, exit code)
+        self.requested: list[tuple[str, tuple[int, int, int], str]] = []  # (dtype, shape, layout)
+        self.finished: list[tuple[str, tuple[int, int, int], str, int]] = []  # (dtype, shape, layout, exit code)
         self._commands, self._on_tuned = commands, on_tuned
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
@@ -89,10 +103,10 @@ class Tuner:
         self._idle = threading.Event()
         self._idle.set()
 
-    def request(self, dtype: str, shape: tuple[int, int, int]) -> bool:
-        """Queue ``shape`` for a search, unless it was asked for already or the budget of searches is spent;
-        returns whether it was queued. Never waits."""
-        key = (dtype, tuple(shape))
+    def request(self, dtype: str, shape: tuple[int, int, int], layout: str = "row") -> bool:
+        """Queue ``shape`` (of ``layout``) for a search, unless it was asked for already or the budget of
+        searches is spent; returns whether it was queued. Never waits."""
+        key = (dtype, tuple(shape), layout)
         with self._lock:
             if key in self.requested or len(self.requested) >= self.settings.max_searches:
                 return False
@@ -110,24 +124,24 @@ class Tuner:
 
     def _work(self) -> None:
         while True:
-            dtype, shape = self._queue.get()
-            code = self._run(dtype, shape)
+            dtype, shape, layout = self._queue.get()
+            code = self._run(dtype, shape, layout)
             try:
-                self._on_tuned(dtype, shape)
+                self._on_tuned(dtype, shape, layout)
             except Exception as error:  # noqa: BLE001 - the calls go on with the table they have
                 with self.log.open("a") as log:
                     log.write(f"the table was not built again: {type(error).__name__}: {error}\n")
             finally:
                 with self._lock:
-                    self.finished.append((dtype, shape, code))
+                    self.finished.append((dtype, shape, layout, code))
                     if self._queue.empty():
                         self._idle.set()
 
-    def _run(self, dtype: str, shape: tuple[int, int, int]) -> int:
+    def _run(self, dtype: str, shape: tuple[int, int, int], layout: str) -> int:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         limit = self.settings.timeout_s * 2 + 120  # the search stops itself at timeout_s; this is for a stuck one
         with self.log.open("a") as log:
-            for command in self._commands(dtype, shape):
+            for command in self._commands(dtype, shape, layout):
                 log.write(f"$ {' '.join(command)}\n")
                 log.flush()
                 try:
