@@ -21,7 +21,7 @@
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)
 #   bench/h200.sh tune-on-miss          autotune.tune_on_miss at a shape nobody tuned (TUNE_SHAPE, default 3072^3,
-#                                       TUNE_DTYPE f32, TUNE_TRIALS 30, TUNE_TIMEOUT 60 s): calls go on while the
+#                                       TUNE_DTYPE f32, TUNE_LAYOUT row (nt: x @ W.T), TUNE_TRIALS 30, TUNE_TIMEOUT 60 s): calls go on while the
 #                                       background search runs, then move to its table (bench/tune_on_miss.py)
 #   bench/h200.sh llama-mlp             examples/llama_mlp: a Llama MLP block (4096 -> 14336 -> 4096) on
 #                                       autotune.torch against plain PyTorch, both under torch.compile, for
@@ -128,7 +128,7 @@ while [ $# -gt 0 ]; do
         ;;
     tune-on-miss)
         python3 bench/tune_on_miss.py --out "$OUT" --shape "${TUNE_SHAPE:-3072x3072x3072}" --dtype "${TUNE_DTYPE:-f32}" \
-            --trials "${TUNE_TRIALS:-30}" --timeout "${TUNE_TIMEOUT:-60}" 2>&1 | tee "$OUT/tune_on_miss.log" || status=1
+            --layout "${TUNE_LAYOUT:-row}" --trials "${TUNE_TRIALS:-30}" --timeout "${TUNE_TIMEOUT:-60}" 2>&1 | tee "$OUT/tune_on_miss.log" || status=1
         ;;
     llama-mlp)
         for dtype in ${LLAMA_MLP_DTYPES:-f16 bf16}; do

@@ -1,7 +1,10 @@
 """Tuning on a miss on a GPU: calls at a shape the table was not tuned at go on while the shape is searched
 in the background, and move to the tuned kernel once the table is built again.
 
-    python bench/tune_on_miss.py --out DIR [--shape 3072x3072x3072] [--dtype f32] [--trials 30] [--timeout 90]
+    python bench/tune_on_miss.py --out DIR [--shape 3072x3072x3072] [--dtype f32] [--layout row] [--trials 30]
+                                 [--timeout 90]
+
+``--layout nt``: ``b`` is ``W.T`` of a row-major N x K weight (``x @ W.T``, nn.Linear's product).
 
 Uses a fresh results database in DIR. Calls the runtime in a loop (each result checked against cuBLAS's
 on the same inputs) until the background search's table is in or 3 x timeout seconds pass; records, per
@@ -23,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shape", default="3072x3072x3072")
     parser.add_argument("--dtype", choices=("f32", "f16"), default="f32")
+    parser.add_argument("--layout", choices=("row", "nt"), default="row")
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args(argv)
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = cupy.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=cupy.float32).astype(dtype)
     b = rng.standard_normal((k, n), dtype=cupy.float32).astype(dtype)
+    if args.layout == "nt":
+        b = cupy.ascontiguousarray(b.T).T  # the transpose of an N x K weight
     reference = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
     scale = float(cupy.abs(reference).max())
 
