@@ -7,7 +7,8 @@ square, odd, tall, wide, long-K and LLM-style), and 12 shapes of ``x @ W.T`` (f1
 of a row-major N x K weight: the table's nt kernels) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
-search does (L2 flushed before each launch, which also hides launch latency).
+search does (L2 flushed before each launch, which also hides launch latency); bf16 rows also time PyTorch's own
+``addmm_`` on the same tensors (the runtime's fallback for them).
 Each shape says what ran: the tuned kernel, or cuBLAS (the table's pick where its
 kernel is predicted slower, or a fallback); where the table decided, its tuned
 kernel is timed too, launched directly, so the row shows whether the pick was the
@@ -84,7 +85,11 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
     cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
                                                       problem.b_transposed), repeats=30)
     tuned = measure.time_launches(_tuned_launch(decision, (a, b, target)), repeats=30) if decision.pick else None
-    return _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
+    row = _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
+    if problem.dtype == "bf16":  # what a PyTorch user calls otherwise, and the runtime's fallback for these tensors
+        row["torch_addmm_ms"] = measure.time_launches(lambda: target.addmm_(a, b, beta=0.0, alpha=1.0),
+                                                      repeats=30).median_ms
+    return row
 
 
 def _tuned_launch(decision, arrays):
@@ -102,7 +107,7 @@ def _row(problem, decision, worst, ms, cublas_ms, tuned_ms, status) -> dict:
     kernel; ``pick_right``: whether the table's choice was the faster of its kernel and cuBLAS here."""
     pick = decision.pick
     tuned_ratio = cublas_ms / tuned_ms if tuned_ms and cublas_ms else None
-    return {"dtype": problem.dtype, "layout": problem.layout, "shape": problem.shape,
+    return {"dtype": problem.dtype, "layout": problem.layout, "shape": problem.shape, "torch_addmm_ms": None,
             "runs": "cuBLAS" if decision.uses_cublas else "kernel",
             "kernel": "cuBLAS" if decision.uses_cublas else decision.kernel.name,
             "table_pick": ("cublas" if pick.cublas else pick.kernel) if pick else None,
@@ -255,6 +260,8 @@ def _line(row: dict) -> str:
     ratio = f"{row['ratio_to_cublas']:.3f}x" if row["ratio_to_cublas"] else "-"
     text = (f"{row['dtype']}{' nt' if row['layout'] == 'nt' else ''} {row['shape']:>16} {row['status']:>4} err/bound {row['max_error_over_bound']:.3f} "
             f"ms {row['ms'] or 0:.5f} cuBLAS {row['cublas_ms'] or 0:.5f} {ratio:>7} ran {row['kernel'][:60]}")
+    if row["torch_addmm_ms"]:
+        text += f" (PyTorch's addmm_ {row['torch_addmm_ms']:.5f} ms)"
     if row["table_pick"]:
         predicted, measured = (f"{row[key]:.3f}x" if row[key] else "-"
                                for key in ("predicted_tuned_ratio", "tuned_ratio_to_cublas"))
