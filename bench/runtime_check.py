@@ -7,8 +7,8 @@ square, odd, tall, wide, long-K and LLM-style), and 12 shapes of ``x @ W.T`` (f1
 of a row-major N x K weight: the table's nt kernels) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
-search does (L2 flushed before each launch, which also hides launch latency); bf16 rows also time PyTorch's own
-``addmm_`` on the same tensors (the runtime's fallback for them).
+search does (L2 flushed before each launch, which also hides launch latency), in interleaved rounds (the order
+rotating); bf16 rows also time PyTorch's own ``addmm_`` on the same tensors (the runtime's fallback for them).
 Each shape says what ran: the tuned kernel, or cuBLAS (the table's pick where its
 kernel is predicted slower, or a fallback); where the table decided, its tuned
 kernel is timed too, launched directly, so the row shows whether the pick was the
@@ -52,6 +52,7 @@ NT_SHAPES = [  # x @ W.T: nn.Linear's projections (M tokens, N out, K in) and od
     (777, 1333, 555), (33, 65, 130),
 ]
 NT_DTYPES = ("f16", "bf16")
+ROUNDS = 5  # rounds of interleaved timing per shape
 
 
 def users_array(array: cupy.ndarray, dtype: str):
@@ -81,15 +82,29 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
         worst = max(worst, result.max_error)
         if not result.passed:
             return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
-    ours = measure.time_launches(lambda: autotune.gemm(a, b, out=target), repeats=30)
-    cublas = measure.time_launches(measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
-                                                      problem.b_transposed), repeats=30)
-    tuned = measure.time_launches(_tuned_launch(decision, (a, b, target)), repeats=30) if decision.pick else None
-    row = _row(problem, decision, worst, ours.median_ms, cublas.median_ms, tuned.median_ms if tuned else None, "ok")
+    launches = {"ours": lambda: autotune.gemm(a, b, out=target),
+                "cublas": measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
+                                             problem.b_transposed)}
+    if decision.pick:
+        launches["tuned"] = _tuned_launch(decision, (a, b, target))
     if problem.dtype == "bf16":  # what a PyTorch user calls otherwise, and the runtime's fallback for these tensors
-        row["torch_addmm_ms"] = measure.time_launches(lambda: target.addmm_(a, b, beta=0.0, alpha=1.0),
-                                                      repeats=30).median_ms
+        launches["torch"] = lambda: target.addmm_(a, b, beta=0.0, alpha=1.0)
+    ms = interleaved(launches)
+    row = _row(problem, decision, worst, ms["ours"], ms["cublas"], ms.get("tuned"), "ok")
+    row["torch_addmm_ms"] = ms.get("torch")
     return row
+
+
+def interleaved(launches: dict, rounds: int = ROUNDS, repeats: int = 6) -> dict[str, float]:
+    """Each launch's median time over ``rounds`` rounds of ``repeats`` flushed launches, the launches taking turns
+    within a round and the order rotating from round to round (so that clocks, heat and power weigh on all
+    alike; a block of one launch's timings after another's would favour the first on a large GEMM)."""
+    names = list(launches)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            samples[name] += measure.time_launches(launches[name], warmup=2, repeats=repeats).samples_ms
+    return {name: float(numpy.median(times)) for name, times in samples.items()}
 
 
 def _tuned_launch(decision, arrays):
