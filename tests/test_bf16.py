@@ -19,6 +19,7 @@ from autotune.space.family import families_for_dtype, load_space
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BF16 = ELEMENTS["bf16"]
 TENSOR_CORE_FAMILIES = ["hgemm_wgmma", "hgemm_mma", "hgemm_wmma"]
+BF16_FAMILIES = [*TENSOR_CORE_FAMILIES, "hgemm_gemv"]  # and the few-row family, never the default (priority -1)
 
 
 def test_the_element_table_says_what_bf16_is():
@@ -58,10 +59,10 @@ def test_nan_poisoning_of_bf16_storage_reads_back_as_nan():
     assert numpy.isnan(half).all()
 
 
-def test_the_fp16_tensor_core_families_serve_bf16_from_the_same_templates():
-    assert families_for_dtype("bf16") == TENSOR_CORE_FAMILIES
+def test_the_fp16_families_serve_bf16_from_the_same_templates():
+    assert families_for_dtype("bf16") == BF16_FAMILIES
     h200 = gpu_spec("h200")
-    for family in TENSOR_CORE_FAMILIES:
+    for family in BF16_FAMILIES:
         f16, bf16 = load_space(family), load_space(family, "bf16")
         assert f16.dtypes == ("f16", "bf16") and bf16.dtype == "bf16" and f16.dtype == "f16"
         assert bf16.template == f16.template and bf16.template_hash == f16.template_hash
