@@ -62,6 +62,11 @@
 #                                       (GEMV_TRIALS per shape, default 40; top 3 kept), its best configs then
 #                                       timed at the held-out set's few-row shapes (--cross-from), cuBLAS beside
 #                                       each; the results exported to $OUT/gemv_results.jsonl (about 2 minutes)
+#   bench/h200.sh hgemv                 hgemm_gemv (M <= 16) swept at the LLM set's shapes of at most 16 rows for each
+#                                       DTYPE:LAYOUT of HGEMV_RUNS (default f16:nt f16:row bf16:nt; HGEMV_TRIALS per
+#                                       shape, default 24; top 3 kept), its best configs then timed at the held-out
+#                                       set's few-row shapes (--cross-from), cuBLAS beside each; the results exported
+#                                       to $OUT/hgemv_results.jsonl (12 + 3 shapes per run; not timed yet)
 #   bench/h200.sh brute-force [NAME]    every feasible config of a sub-space (default wgmma4096: hgemm_wgmma at
 #                                       4096^3 f16, 2740 configs) verified and timed, and cuBLAS, into
 #                                       $OUT/replay_NAME.jsonl, the table bench/replay.py replays searches over
@@ -236,6 +241,20 @@ for name, file in (("llm", "gemv_shapes.txt"), ("llm-held-out", "gemv_held_out.t
             2>&1 | tee -a "$OUT/gemv.log" || status=1
         python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/gemv_results.jsonl" || status=1
         ;;
+    hgemv)
+        python3 -c 'from autotune.shapes import read_shapes
+for name, file in (("llm", "hgemv_shapes.txt"), ("llm-held-out", "hgemv_held_out.txt")):
+    open("'"$OUT"'/" + file, "w").write("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes(name) if m <= 16))'
+        for run in ${HGEMV_RUNS:-f16:nt f16:row bf16:nt}; do
+            IFS=: read -r dtype layout <<< "$run"
+            hgemv=(--gpu h200 --dtype "$dtype" --layout "$layout" --family hgemm_gemv --top 3 --db "$DB")
+            python3 -m autotune sweep "${hgemv[@]}" --trials "${HGEMV_TRIALS:-24}" --shapes "$OUT/hgemv_shapes.txt" \
+                2>&1 | tee -a "$OUT/hgemv_${dtype}_$layout.log" || status=1
+            python3 -m autotune sweep "${hgemv[@]}" --shapes "$OUT/hgemv_held_out.txt" --cross-from "$OUT/hgemv_shapes.txt" \
+                2>&1 | tee -a "$OUT/hgemv_${dtype}_$layout.log" || status=1
+        done
+        python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/hgemv_results.jsonl" || status=1
+        ;;
     brute-force)
         name=wgmma4096
         if [ $# -gt 0 ] && [[ $1 =~ ^[a-z_]+[0-9]+$ ]]; then name=$1; shift; fi  # sub-space names end in their size
@@ -248,7 +267,7 @@ for name, file in (("llm", "gemv_shapes.txt"), ("llm-held-out", "gemv_held_out.t
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
         ;;
     esac
 done
