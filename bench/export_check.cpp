@@ -10,8 +10,8 @@
 // checked untouched, within autotune/gpu/measure.py's error_bound (tol 2: 2 K 2^-23 (|alpha| |A||B| + |beta C|),
 // plus 2 2^-11 (|ref| + |beta C|) + 2 2^-24 for fp16 output). Then both are timed like
 // measure.time_launches: the L2 flushed by a memset before each start event (it keeps the GPU busy
-// while the host submits the launch), CUDA events around each launch, the median of 30. The timed
-// launches are checked again, and cuBLAS against the same bound. One line per shape, a CSV row per
+// while the host submits the launch), CUDA events around each launch, the median of 30 each, in 5 rounds
+// of 6 where the library and cuBLAS take turns, the order alternating. The library's output is checked again, and cuBLAS against the same bound. One line per shape, a CSV row per
 // shape, each saying what the library ran: its tuned kernel, or cuBLAS where its table predicts the
 // kernel slower or the shape is outside its tuned range, and cuBLAS loads (autotune_kernel_for says
 // "cublas"; AUTOTUNE_GEMM_CUBLAS=off makes it run the tuned kernels everywhere, and skip the x @ W^T
@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "autotune_gemm.h"
@@ -57,8 +59,9 @@ const Shape SHAPES[] = {
     {16384, 4096, 4096, "x@W^T", true},
 };
 
-constexpr int WARMUP = 5;
-constexpr int REPEATS = 30;
+constexpr int WARMUP = 2;
+constexpr int ROUNDS = 5;      // rounds of timing, the library and cuBLAS taking turns, the order alternating
+constexpr int PER_ROUND = 6;   // timed launches of each per round
 constexpr float TOL = 2.0f;                 // measure.DEFAULT_TOL_FACTOR
 constexpr size_t MIN_FLUSH_BYTES = 256u << 20;  // measure.MIN_FLUSH_BYTES
 constexpr int THREADS = 256;
@@ -224,23 +227,42 @@ struct Checker {
         return ratio;
     }
 
-    // Median ms of REPEATS launches, each after an L2 flush; launch() returns false on failure.
-    template <typename Launch> double time(Launch launch, bool* ok) {
+    // PER_ROUND times (ms) of launches, each after an L2 flush; launch() returns false on failure.
+    template <typename Launch> std::vector<float> time(Launch launch, bool* ok) {
         for (int i = 0; i < WARMUP; ++i) *ok &= launch();
-        std::vector<cudaEvent_t> events(2 * REPEATS);
+        std::vector<cudaEvent_t> events(2 * PER_ROUND);
         for (cudaEvent_t& event : events) check_cuda(cudaEventCreate(&event), "cudaEventCreate");
-        for (int r = 0; r < REPEATS; ++r) {
+        for (int r = 0; r < PER_ROUND; ++r) {
             check_cuda(cudaMemsetAsync(flush, 0, flush_bytes, stream), "the L2 flush");
             check_cuda(cudaEventRecord(events[2 * r], stream), "cudaEventRecord");
             *ok &= launch();
             check_cuda(cudaEventRecord(events[2 * r + 1], stream), "cudaEventRecord");
         }
         check_cuda(cudaStreamSynchronize(stream), "the timed launches");
-        std::vector<float> ms(REPEATS);
-        for (int r = 0; r < REPEATS; ++r) check_cuda(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]), "elapsed");
+        std::vector<float> ms(PER_ROUND);
+        for (int r = 0; r < PER_ROUND; ++r) check_cuda(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]), "elapsed");
         for (cudaEvent_t event : events) cudaEventDestroy(event);
+        return ms;
+    }
+
+    // The median ms of each of two launches over ROUNDS rounds in which they take turns, the order alternating
+    // (clocks, heat and power weigh on both alike).
+    template <typename First, typename Second>
+    std::pair<double, double> time_both(First first, Second second, bool* ok) {
+        std::vector<float> a, b;
+        for (int round = 0; round < ROUNDS; ++round) {
+            for (int turn = 0; turn < 2; ++turn) {
+                const bool first_now = (turn == 0) == (round % 2 == 0);
+                std::vector<float> ms = first_now ? time(first, ok) : time(second, ok);
+                (first_now ? a : b).insert((first_now ? a : b).end(), ms.begin(), ms.end());
+            }
+        }
+        return {median(a), median(b)};
+    }
+
+    static double median(std::vector<float> ms) {
         std::sort(ms.begin(), ms.end());
-        return 0.5 * (ms[(REPEATS - 1) / 2] + ms[REPEATS / 2]);
+        return 0.5 * (ms[(ms.size() - 1) / 2] + ms[ms.size() / 2]);
     }
 
     template <typename T> Result run(const Shape& shape, unsigned long long seed) {
@@ -302,15 +324,18 @@ struct Checker {
         }
         if (result.message.empty()) {
             bool launched = true;
-            result.ms = time([&] { return library_gemm(a, b, 0.0f, out) == AUTOTUNE_SUCCESS; }, &launched);
+            auto library = [&] { return library_gemm(a, b, 0.0f, out) == AUTOTUNE_SUCCESS; };
+            auto reference = [&] {
+                float beta = 0.0f;
+                cublas_gemm(handle, m, n, k, alpha, a, b, beta, out, Dtype<T>::cuda, shape.transb, ldc);
+                return true;
+            };
+            std::tie(result.ms, result.cublas_ms) = time_both(library, reference, &launched);
+            launched &= library();
+            check_cuda(cudaStreamSynchronize(stream), "the library's GEMM");
             result.error_timed = worst_of(out, ref, scale, c32, c, 0.0f, k, half_output, m, n, ldc);
-            result.cublas_ms = time(
-                [&] {
-                    float beta = 0.0f;
-                    cublas_gemm(handle, m, n, k, alpha, a, b, beta, out, Dtype<T>::cuda, shape.transb, ldc);
-                    return true;
-                },
-                &launched);
+            reference();
+            check_cuda(cudaStreamSynchronize(stream), "cuBLAS's GEMM");
             result.error_cublas = worst_of(out, ref, scale, c32, c, 0.0f, k, half_output, m, n, ldc);
             result.ok &= launched && result.error_timed <= 1.0 && result.error_cublas <= 1.0;
             if (!launched) result.message = std::string("a timed launch failed: ") + autotune_last_error();
@@ -349,11 +374,11 @@ int main(int argc, char** argv) {
     check_cuda(cudaMalloc(&checker.flush, checker.flush_bytes), "cudaMalloc (flush)");
     check_cuda(cudaMalloc(&checker.worst, sizeof(unsigned int)), "cudaMalloc");
     const char* choice = std::getenv("AUTOTUNE_GEMM_CUBLAS");
-    std::printf("%s (sm_%d%d), library built for %s; median of %d launches after an L2 flush; err: the worst\n"
+    std::printf("%s (sm_%d%d), library built for %s; median of %d launches after an L2 flush (interleaved with cuBLAS's); err: the worst\n"
                 "|C - reference| / bound of beta 0, beta 0.5 and the timed launches; ratio: cuBLAS ms / library ms;\n"
                 "ran: the library's tuned kernel, or cuBLAS where its table picks it or outside its tuned range\n"
                 "(AUTOTUNE_GEMM_CUBLAS=%s)\n",
-                properties.name, properties.major, properties.minor, autotune_arch(), REPEATS,
+                properties.name, properties.major, properties.minor, autotune_arch(), ROUNDS * PER_ROUND,
                 choice ? choice : "unset: the first libcublas that loads");
     std::fprintf(csv, "dtype,m,n,k,kind,ran,kernel,max_error_over_bound,error_beta0,error_beta05,error_timed,"
                       "cublas_error,ms,cublas_ms,ratio_to_cublas,ok,message\n");
