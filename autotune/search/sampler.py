@@ -51,8 +51,8 @@ from autotune.search.settings import SAMPLERS
 from autotune.space.family import Config, SearchSpace
 
 DRAW_CHUNK = 256  # candidates drawn from l(x) at a time
-MAX_DRAWS = 4096  # candidates drawn from l(x) per proposal at most, before falling back to a random config
-EI_CANDIDATES = 256  # distinct admissible candidates TPE compares per proposal (Optuna's default: 24 draws)
+MAX_DRAWS = 1024  # candidates drawn from l(x) per proposal at most, before falling back to a random config
+EI_CANDIDATES = 64  # distinct admissible candidates TPE compares per proposal (Optuna's default: 24 draws)
 NEAR_EVERY = 2  # every second TPE proposal is of the incumbent's one-knob neighbours
 TOURNAMENT = 6  # measured configs drawn per tournament: the best of them is a parent
 MAX_CHILDREN = 64  # children bred per proposal at most, before falling back to a random config
@@ -166,6 +166,7 @@ class Pause(enum.Enum):
 
 
 WAIT = Pause.WAIT
+_UNKNOWN = object()  # not built and checked yet
 
 
 class Proposer(FeasibleDraws):
@@ -189,6 +190,7 @@ class Proposer(FeasibleDraws):
         self.fixed = {knob: d.choices[0] for knob, d in self.distributions.items() if len(d.choices) == 1}
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup,
                                           n_ei_candidates=EI_CANDIDATES)
+        self._admitted: dict[tuple, Config | None] = {}  # varying knobs' values: their feasible config, or None
         self.learned: set[str] = set()  # configs TPE proposed (or breeding bred) from the study's results: the
                                         # others were fixed or drawn
 
@@ -249,8 +251,14 @@ class Proposer(FeasibleDraws):
         return {knob: best.params[knob] for knob in self.varying}
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:
-        config = self.set_up({**self.fixed, **values})
-        return config.name not in taken and self.feasible(config)
+        """Whether the config of these values of the varying knobs passes the static rules and is not taken;
+        each set of values is built and checked once (TPE draws the same ones again and again)."""
+        key = tuple(values[knob] for knob in self.varying)
+        config = self._admitted.get(key, _UNKNOWN)
+        if config is _UNKNOWN:
+            config = self.set_up({**self.fixed, **values})
+            config = self._admitted[key] = config if self.feasible(config) else None
+        return config is not None and config.name not in taken
 
     def _liar(self, config: Config) -> FrozenTrial:
         """A running trial standing for a config in flight, so that TPE looks elsewhere."""
