@@ -191,6 +191,7 @@ class Proposer(FeasibleDraws):
         self.sampler = FeasibleTpeSampler(seed=seed, multivariate=True, n_startup_trials=n_startup,
                                           n_ei_candidates=EI_CANDIDATES)
         self._admitted: dict[tuple, Config | None] = {}  # varying knobs' values: their feasible config, or None
+        self._liars: dict[str, FrozenTrial] = {}  # running trials standing for configs in flight, by config name
         self.learned: set[str] = set()  # configs TPE proposed (or breeding bred) from the study's results: the
                                         # others were fixed or drawn
 
@@ -261,6 +262,10 @@ class Proposer(FeasibleDraws):
         return config is not None and config.name not in taken
 
     def _liar(self, config: Config) -> FrozenTrial:
-        """A running trial standing for a config in flight, so that TPE looks elsewhere."""
-        return optuna.trial.create_trial(state=TrialState.RUNNING, params=config.as_dict(),
-                                         distributions=self.distributions)
+        """A running trial standing for a config in flight, so that TPE looks elsewhere (made once per config:
+        a config stays in flight over several proposals)."""
+        liar = self._liars.get(config.name)
+        if liar is None:
+            liar = self._liars[config.name] = optuna.trial.create_trial(
+                state=TrialState.RUNNING, params=config.as_dict(), distributions=self.distributions)
+        return liar
