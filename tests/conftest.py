@@ -52,6 +52,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="module")
+def pool():
+    """Compile processes for a module of tests that build many kernels (one per core); a module that needs
+    another count defines its own."""
+    from autotune.kernel.compile import CompilePool
+
+    with CompilePool(2) as compile_pool:
+        yield compile_pool
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """A GPU worker process on the attached GPU for a module of GPU tests (modules that play a GPU define their
+    own, with the fake backend)."""
+    from autotune.gpu.worker import GpuWorker
+
+    with GpuWorker() as gpu_worker:
+        yield gpu_worker
+
+
+@pytest.fixture(scope="module")
+def gpu(worker):
+    """The attached GPU's spec, as its worker reports it."""
+    from autotune.gpu_specs import GPUS
+
+    return GPUS[worker.environment().gpu_key]
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory) -> Path:
     """The session's cache folder, every test's ``$AUTOTUNE_CACHE``: a kernel is compiled once per session

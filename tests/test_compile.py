@@ -3,7 +3,7 @@
 import pytest
 
 from autotune.gpu_specs import gpu_spec
-from autotune.kernel.compile import CompileFailure, CompilePool, compile_kernel, parse_resources
+from autotune.kernel.compile import CompileFailure, compile_kernel, parse_resources
 from autotune.kernel.render import KernelSource, render
 from autotune.kernel.resources import resource_violation
 from autotune.problem import make_problem
@@ -17,13 +17,6 @@ ptxas info    : Function properties for k
 ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 128 registers, used 1 barriers, 49152 bytes smem, 396 bytes cmem[0]
 """
-
-
-@pytest.fixture(scope="module")
-def pool():
-    """Compile processes for tests that build many kernels (one per core)."""
-    with CompilePool(2) as compile_pool:
-        yield compile_pool
 
 
 def test_parse_resources_reads_ptxas_report():

@@ -16,7 +16,7 @@ import pytest
 from gemv_emulation import build, needs_compiler, run
 
 from autotune.gpu_specs import gpu_spec
-from autotune.kernel.compile import CompileFailure, CompilePool
+from autotune.kernel.compile import CompileFailure
 from autotune.kernel.render import render
 from autotune.kernel.resources import resource_violation
 from autotune.problem import GemmProblem
@@ -43,12 +43,6 @@ STAGED = [
 
 def staged_configs(space):
     return [space.config(values) for values in STAGED]
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with CompilePool(2) as compile_pool:
-        yield compile_pool
 
 
 # -- the space: rules, seeds, shared memory --------------------------------------------------------------------

@@ -11,14 +11,6 @@ from autotune.space.family import families_for_dtype, load_space
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from autotune.gpu.worker import GpuWorker
-
-    with GpuWorker() as w:
-        yield w
-
-
 def _assert_physical(window: EnergyWindow, time_ms: float, power_limit_w: float) -> None:
     """A window of back-to-back GEMMs must look like a busy GPU, and its two energy sources must agree."""
     assert isinstance(window, EnergyWindow), window

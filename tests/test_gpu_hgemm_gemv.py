@@ -18,21 +18,6 @@ pytestmark = pytest.mark.gpu
 SHAPES = [(1, 14336, 4096), (3, 4096, 14336), (8, 4097, 1000), (16, 1000, 4095)]
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from autotune.gpu.worker import GpuWorker
-
-    with GpuWorker() as w:
-        yield w
-
-
-@pytest.fixture(scope="module")
-def gpu(worker):
-    from autotune.gpu_specs import GPUS
-
-    return GPUS[worker.environment().gpu_key]
-
-
 def _configs(space, gpu, seed: int):
     """The seeds the GPU runs and a random feasible config of every MAX_M."""
     rng = random.Random(seed)

@@ -31,14 +31,6 @@ def _configs(space, gpu):
     return list(dict.fromkeys(configs))
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from autotune.gpu.worker import GpuWorker
-
-    with GpuWorker() as w:
-        yield w
-
-
 def test_persistent_and_setmaxnreg_configs_verify(worker):
     from autotune.gpu_specs import GPUS
 

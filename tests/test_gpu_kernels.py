@@ -23,14 +23,6 @@ ODD_SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from autotune.gpu.worker import GpuWorker
-
-    with GpuWorker() as w:
-        yield w
-
-
 def _sample_configs(space, gpu, count, seed=0):
     """The seeds, ``count`` random feasible configs, and for every knob value no config has yet, one that has it:
     each in its build for any shape (``[specialize]`` knobs at 0; whole-tile builds have a test of their own)."""

@@ -31,21 +31,6 @@ def _problems(shapes, dtype):
             for alpha, beta in ((1.0, 0.0), (-1.5, 0.5))]
 
 
-@pytest.fixture(scope="module")
-def worker():
-    from autotune.gpu.worker import GpuWorker
-
-    with GpuWorker() as w:
-        yield w
-
-
-@pytest.fixture(scope="module")
-def gpu(worker):
-    from autotune.gpu_specs import GPUS
-
-    return GPUS[worker.environment().gpu_key]
-
-
 @pytest.mark.parametrize("family, dtype", [("naive_f32", "f32"), ("naive_f16", "f16")])
 def test_naive_nt_kernels_verify(worker, gpu, family, dtype):
     space = load_space(family, dtype, "nt")

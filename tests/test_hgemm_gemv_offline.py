@@ -13,7 +13,7 @@ from gemv_emulation import build, needs_compiler, run
 
 from autotune.gpu.storage import narrow, widen
 from autotune.gpu_specs import gpu_spec
-from autotune.kernel.compile import CompileFailure, CompilePool
+from autotune.kernel.compile import CompileFailure
 from autotune.kernel.contract import contract_for
 from autotune.kernel.render import render
 from autotune.kernel.resources import resource_violation
@@ -63,12 +63,6 @@ def own_seeds(layout: str, dtype: str = "f16"):
 def extra_configs(layout: str, dtype: str = "f16"):
     space = space_for(layout, dtype)
     return [space.config({**DEFAULTS, **values}) for values in EXTRA[layout]]
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with CompilePool(2) as compile_pool:
-        yield compile_pool
 
 
 # -- the family and its space ------------------------------------------------------------------------------------
