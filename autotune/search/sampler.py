@@ -71,7 +71,7 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
 
     ``n_ei_candidates`` distinct admissible candidates drawn from l(x) are compared (plain TPE
     compares that many draws, repeats included); drawing stops after MAX_DRAWS. Given an
-    incumbent (``near``), the candidates are its admissible one-knob neighbours instead.
+    incumbent (``near``), the candidates are its admissible one-knob neighbours where it has any.
     """
 
     def propose(self, study: optuna.Study, trials: list[FrozenTrial],
@@ -79,17 +79,15 @@ class FeasibleTpeSampler(optuna.samplers.TPESampler):
                 admissible: Callable[[dict[str, int]], bool], near: dict[str, int] | None = None
                 ) -> dict[str, int] | None:
         """The best admissible candidate by l(x)/g(x) given ``trials`` (running ones count as bad):
-        of candidates drawn from l(x), or of the one-knob neighbours of ``near``; None when there
-        is no admissible candidate."""
+        of the one-knob neighbours of ``near`` where it has an admissible one, else of candidates drawn
+        from l(x); None when there is no admissible candidate."""
         finished = sum(trial.state != TrialState.RUNNING for trial in trials)
         below, above = private.split_trials(study, trials, private.tpe_gamma(self, study)(finished))
         mpe_below = private.parzen_estimator(self, study, search_space, below, below=True)
         mpe_above = private.parzen_estimator(self, study, search_space, above, below=False)
-        if near is None:
-            kept = self._candidates(mpe_below, search_space, admissible)
-        else:
-            kept = {_internal(params, search_space): params
-                    for params in neighbours(near, search_space) if admissible(params)}
+        kept = {} if near is None else {_internal(params, search_space): params
+                                        for params in neighbours(near, search_space) if admissible(params)}
+        kept = kept or self._candidates(mpe_below, search_space, admissible)
         if not kept:
             return None
         candidates = {name: numpy.array([row[i] for row in kept]) for i, name in enumerate(search_space)}
@@ -236,11 +234,7 @@ class Proposer(FeasibleDraws):
         """TPE's proposal: every NEAR_EVERY-th (the first included) of the incumbent's neighbourhood where
         it has an admissible config left, the others (and those) of candidates drawn from l(x)."""
         incumbent = self.incumbent(study, trials) if len(self.learned) % NEAR_EVERY == 0 else None
-        if incumbent is not None:
-            params = self.sampler.propose(study, trials, self.varying, admissible, near=incumbent)
-            if params is not None:
-                return params
-        return self.sampler.propose(study, trials, self.varying, admissible)
+        return self.sampler.propose(study, trials, self.varying, admissible, near=incumbent)
 
     def incumbent(self, study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, int] | None:
         """The knob values TPE chooses of the best measured config of ``trials`` (the first of equals);
