@@ -109,3 +109,28 @@ def test_beaten(storage):
     storage.record_heartbeat(beat)
     assert optuna_private.beaten(storage, [beat, silent]) == {beat}
     assert optuna_private.beaten(storage, []) == set()
+
+
+@pytest.mark.parametrize("state", [TrialState.RUNNING, TrialState.PRUNED])
+def test_create_trial(storage, state):
+    """A trial stored by create_trial reads back as Optuna's create_new_trial stores it: number, state,
+    params with their distributions, user attributes and start time."""
+    study = optuna.create_study(storage=storage, study_name="created")
+    study_id = storage.get_study_id_from_name("created")
+    made = [optuna.trial.create_trial(state=state, params={"x": x, "y": 1}, distributions=SPACE,
+                                      user_attrs={"config": f"x{x}", "device": 0, "stage": "gpu"})
+            for x in (2, 8)]
+    ours = optuna_private.create_trial(storage, study_id, made[0])
+    theirs = storage.create_new_trial(study_id, template_trial=made[1])
+    a, b = storage.get_trial(ours), storage.get_trial(theirs)
+    assert (a.number, b.number) == (0, 1)
+    assert a.state == b.state == state
+    assert a.params == {"x": 2, "y": 1} and b.params == {"x": 8, "y": 1}
+    assert a.distributions == b.distributions == SPACE
+    assert a.user_attrs == {"config": "x2", "device": 0, "stage": "gpu"}
+    assert a.user_attrs.keys() == b.user_attrs.keys()
+    assert a.datetime_start == made[0].datetime_start
+    assert (a.datetime_complete is None) == (b.datetime_complete is None) == (state == TrialState.RUNNING)
+    assert [t.params["x"] for t in study.get_trials()] == [2, 8]
+    with pytest.raises(ValueError):
+        optuna_private.create_trial(storage, study_id, trial(1, 0, 1.0))  # a finished trial with a value

@@ -19,9 +19,9 @@ heartbeat) is failed once it is older than the grace period.
 A trial carries its config as Optuna parameters (each knob's distribution is a
 :class:`~optuna.distributions.CategoricalDistribution` of its values), so Optuna's own
 tools (``optuna.importance``, ``optuna.visualization``, optuna-dashboard) read our
-studies, and its name as the user attribute ``config``. Writing the parameters costs
-Optuna a query and an insert per knob when the trial is created (some 0.6 ms a knob on
-SQLite, where user attributes cost less than half that). Studies written before trials carried
+studies, and its name as the user attribute ``config``. A trial is stored with one insert per table
+(:func:`~autotune.search.optuna_private.create_trial`): Optuna's own ``create_new_trial`` makes
+three queries per parameter, some 30 ms a slot for a family's 20 knobs on SQLite. Studies written before trials carried
 parameters hold the knob values in the user attribute ``params``; :meth:`StudyView.learnable`
 gives TPE those trials with their params. ``stage`` is ``gpu`` for a slot (held or finished),
 ``compile`` for a compile or resource failure, ``rejected`` in studies written before
@@ -286,7 +286,7 @@ class StudyLedger:
         params = config.as_dict()
         template = optuna.trial.create_trial(state=state, params=params, user_attrs={CONFIG: config.name, **attrs},
                                              distributions={knob: self.distributions[knob] for knob in params})
-        return self.storage.create_new_trial(self.study_id, template_trial=template)
+        return private.create_trial(self.storage, self.study_id, template)
 
     def _with_params(self, trial: FrozenTrial) -> FrozenTrial:
         """The trial with its config's knob values as Optuna params (for TPE)."""
