@@ -44,6 +44,9 @@ _EXPRESSION_FIELDS = {"gpu": GPU_FIELDS - {"key", "sm"}, "problem": PROBLEM_FIEL
 GPU_REASON_FIELDS = GPU_FIELDS - {"has_cp_async"}
 
 FUNCTIONS = {"min": min, "max": max, "cdiv": lambda a, b: -(-a // b)}
+# The globals every expression is evaluated in, made once: eval of an expression assigns no name (the
+# language has no ``:=``) and finds ``__builtins__`` there, so it adds nothing to them.
+_GLOBALS = {"__builtins__": {}, **FUNCTIONS}
 RESERVED_NAMES = frozenset({"gpu", "problem", "NAME", *FUNCTIONS, *keyword.kwlist, *keyword.softkwlist})
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
@@ -149,7 +152,7 @@ class Expression:
     def __call__(self, names: dict[str, Any]) -> Any:
         """The value for ``names``; None where it divides by zero."""
         try:
-            value = eval(self._code, {"__builtins__": {}, **FUNCTIONS}, names)  # noqa: S307 - whitelisted AST
+            value = eval(self._code, _GLOBALS, names)  # noqa: S307 - whitelisted AST
         except ZeroDivisionError:
             return None
         except (NameError, AttributeError, TypeError, OverflowError, ValueError) as error:

@@ -30,6 +30,7 @@ from autotune.errors import SearchError
 from autotune.gpu_specs import GpuSpec
 from autotune.problem import GemmProblem
 from autotune.space.family import Config, SearchSpace
+from autotune.space.screen import KnobValues, Screen
 from autotune.space.survey import SpaceTooLarge, feasible_configs
 
 MAX_RANDOM_DRAWS = 2_000  # random combinations tried per draw before listing the feasible configs
@@ -76,7 +77,8 @@ class FeasibleDraws:
         self.rejected = 0  # configs screened out because a static rule rejects them
         self.spread_knobs = tuple(knob for knob, values in space.knobs.items()
                                   if len(values) > 1 and knob not in space.specialized)  # what a search chooses
-        self._feasible: dict[tuple, bool] = {}
+        self.screen = Screen(space, gpu, problem)
+        self._feasible: dict[KnobValues, bool] = {}  # each config screened: whether it passes the static rules
         self._listed: list[Config] | None = None  # every feasible config, listed when random draws miss
         self._pool: list[Config] = []  # random feasible configs the opening's next spread config is chosen from
 
@@ -87,20 +89,38 @@ class FeasibleDraws:
 
     def feasible(self, config: Config) -> bool:
         """Whether ``config`` passes the static rules (each config checked once)."""
-        key = config.params
+        key = tuple(value for _, value in config.params)
         if key not in self._feasible:
-            self._feasible[key] = self.space.check(config, self.gpu, self.problem).feasible
-            if not self._feasible[key]:
-                self.rejected += 1
+            self._screened(key, self.screen.passes(config.as_dict()))
         return self._feasible[key]
+
+    def admitted(self, values: dict[str, int]) -> Config | None:
+        """The config :meth:`set_up` makes of these knob values where it passes the static rules, else None:
+        screened before it is built (only one that passes is), each config once, a rejected one counted in
+        :attr:`rejected` as :meth:`feasible` counts it. The values are from the knobs' choices (not checked)."""
+        knob_values, feasible = self.screen.set_up(values)
+        return self.set_up(values) if self._screened(knob_values, feasible) else None
+
+    def _screened(self, knob_values: KnobValues, feasible: bool) -> bool:
+        """Note the verdict of the config of ``knob_values``, once: a rejected one counts in :attr:`rejected`."""
+        if knob_values not in self._feasible:
+            self._feasible[knob_values] = feasible
+            if not feasible:
+                self.rejected += 1
+        return feasible
 
     def random(self, taken: set[str]) -> Config | None:
         """A uniformly random feasible config that is not taken, or None when there is none."""
         if self._listed is None:
+            space = self.space
             for _ in range(MAX_RANDOM_DRAWS):
-                config = self.set_up({knob: self.rng.choice(choices) for knob, choices in self.space.knobs.items()
-                                      if knob not in self.space.specialized})
-                if config.name not in taken and self.feasible(config):
+                # screened before anything is built; values from the knobs' choices need no checks: the Config
+                # set_up would make is that of the knob values set up
+                values = {knob: self.rng.choice(choices) for knob, choices in space.knobs.items()
+                          if knob not in space.specialized}
+                knob_values, feasible = self.screen.set_up(values)
+                config = Config(space.family, tuple(zip(space.knobs, knob_values)), space.other_dtype, space.layout)
+                if config.name not in taken and self._screened(knob_values, feasible):
                     return config
             try:
                 feasible = feasible_configs(self.space, self.gpu, self.problem, limit=MAX_LISTED)
@@ -165,9 +185,10 @@ class FeasibleDraws:
 
     def take_over(self, earlier: FeasibleDraws) -> None:
         """Go on from ``earlier``'s draws (of the same space, GPU, problem and warm start): its random
-        state, the configs it checked, those it rejected, the opening it handed out and the pool its
-        spread configs are chosen from, as if these draws had made them."""
+        state, the configs it checked (and what its screen remembers), those it rejected, the opening it
+        handed out and the pool its spread configs are chosen from, as if these draws had made them."""
         self.rng, self.rejected, self.opened = earlier.rng, earlier.rejected, earlier.opened
+        self.screen = earlier.screen
         self._feasible, self._listed, self._pool = earlier._feasible, earlier._listed, earlier._pool
 
 

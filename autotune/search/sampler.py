@@ -247,12 +247,12 @@ class Proposer(FeasibleDraws):
 
     def _admissible(self, values: dict[str, int], taken: set[str]) -> bool:
         """Whether the config of these values of the varying knobs passes the static rules and is not taken;
-        each set of values is built and checked once (TPE draws the same ones again and again)."""
+        each set of values is screened once, and its config built only where it passes (TPE draws the same
+        ones again and again)."""
         key = tuple(values[knob] for knob in self.varying)
         config = self._admitted.get(key, _UNKNOWN)
         if config is _UNKNOWN:
-            config = self.set_up({**self.fixed, **values})
-            config = self._admitted[key] = config if self.feasible(config) else None
+            config = self._admitted[key] = self.admitted({**self.fixed, **values})
         return config is not None and config.name not in taken
 
     def _liar(self, config: Config) -> FrozenTrial:
