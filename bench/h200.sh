@@ -20,6 +20,12 @@
 #   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)
+#   bench/h200.sh retime                the shipped results imported, then `autotune retime` for each DTYPE:LAYOUT of
+#                                       RETIME_RUNS (default f16:row bf16:row f16:nt bf16:nt f32:row): each tuned shape's
+#                                       RETIME_TOP (default 3) fastest configs and cuBLAS measured again, RETIME_ROUNDS
+#                                       (default 5) rounds (RETIME_TIMEOUT=S stops each run after S seconds); the rounds
+#                                       exported to $OUT/retime_results.jsonl (append them to tuned_db/h200.jsonl to ship
+#                                       them). `runtime` with RUNTIME_DB=1 then checks the table of $DB, not the shipped one
 #   bench/h200.sh tune-on-miss          autotune.tune_on_miss at a shape nobody tuned (TUNE_SHAPE, default 3072^3,
 #                                       TUNE_DTYPE f32, TUNE_LAYOUT row (nt: x @ W.T), TUNE_TRIALS 30, TUNE_TIMEOUT 60 s): calls go on while the
 #                                       background search runs, then move to its table (bench/tune_on_miss.py)
@@ -128,8 +134,19 @@ while [ $# -gt 0 ]; do
         done
         ;;
     runtime)
-        python3 -m autotune export --gpu h200 --shipped --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
+        source=(--shipped); [ -n "${RUNTIME_DB:-}" ] && source=(--db "$DB")
+        python3 -m autotune export --gpu h200 "${source[@]}" --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
+        cp "$BUILD/export/autotune_table_h200.json" "$OUT/runtime_table.json" 2>/dev/null
         python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        ;;
+    retime)
+        python3 -m autotune results import tuned_db/h200.jsonl --db "$DB" 2>&1 | tee -a "$OUT/retime.log" || status=1
+        for run in ${RETIME_RUNS:-f16:row bf16:row f16:nt bf16:nt f32:row}; do
+            IFS=: read -r dtype layout <<< "$run"
+            python3 -m autotune retime --gpu h200 --dtype "$dtype" --layout "$layout" --top "${RETIME_TOP:-3}" \
+                --rounds "${RETIME_ROUNDS:-5}" ${RETIME_TIMEOUT:+--timeout "$RETIME_TIMEOUT"} --db "$DB" 2>&1 | tee -a "$OUT/retime.log" || status=1
+        done
+        python3 -m autotune results export --gpu h200 --db "$DB" 2>> "$OUT/retime.log" | grep '"study": "retime"' > "$OUT/retime_results.jsonl"
         ;;
     tune-on-miss)
         python3 bench/tune_on_miss.py --out "$OUT" --shape "${TUNE_SHAPE:-3072x3072x3072}" --dtype "${TUNE_DTYPE:-f32}" \
@@ -267,7 +284,7 @@ for name, file in (("llm", "hgemv_shapes.txt"), ("llm-held-out", "hgemv_held_out
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., retime, runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
         ;;
     esac
 done

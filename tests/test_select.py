@@ -260,3 +260,75 @@ def test_a_kernel_built_for_whole_tiles_is_picked_as_its_build_for_any_shape_whe
     report = {h.problem: h for h in held_out(selection)}
     assert report[partial].config_name == space.for_any_problem(whole).name
     assert report[partial].fraction_of_best == 1.0  # measured there: its build for any shape is that shape's best
+
+
+def _retimed(store, problem, config, ms):
+    store.add_measurement(ENV, problem, config, "h", _m(problem, ms), "retime")
+
+
+def test_a_shape_measured_again_is_judged_by_its_rounds_medians_alone(tmp_path):
+    """The search's luckiest measurement of config 64 (0.8 ms, below cuBLAS's 0.9) is not what the table picks by
+    once the shape was measured again: config 64's rounds (0.95, 1.0, 1.2 ms: median 1.0) lose to cuBLAS's
+    (0.9, 0.92, 0.88: median 0.9), config 128's (0.85 median) beat it, and config 256, measured only by the search
+    (0.5 ms), does not compete there."""
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shape, other = _square(1024), _square(2048)
+    _add(store, shape, _config(64), 0.8)
+    _add(store, shape, _config(128), 0.87)
+    _add(store, shape, _config(256), 0.5)
+    _cublas(store, shape, 0.7)
+    for ms in (0.95, 1.0, 1.2):
+        _retimed(store, shape, _config(64), ms)
+    for ms in (0.85, 0.84, 0.9):
+        _retimed(store, shape, _config(128), ms)
+    for ms in (0.9, 0.92, 0.88):
+        store.add_measurement(ENV, shape, None, None, _m(shape, ms), "retime")
+    _add(store, other, _config(64), 3.0)  # a shape never measured again: its best measurements, as ever
+    _add(store, other, _config(64), 2.5)
+    _cublas(store, other, 4.0)
+
+    rows = store.retimed("h200", shape)
+    assert [(r.config_name, r.median_ms, r.cublas_median_ms) for r in rows] == [
+        (_config(128).name, 0.85, 0.9), (_config(64).name, 1.0, 0.9)]
+    assert store.retimed("h200", other) == []
+    selection = build(store, H200, "h200", "f32")
+    measured = selection.results.shapes[_shape(shape)]
+    assert measured.ms == {_config(128).name: 0.85, _config(64).name: 1.0}
+    assert measured.cublas_ms == 0.9 and measured.best_config == _config(128).name
+    assert selection.results.shapes[_shape(other)].ms == {_config(64).name: 2.5}
+    rule = next(r for r in selection.table.rules if r.shape == _shape(shape))
+    assert rule.kernel == _config(128).name and rule.ms == 0.85 and rule.cublas_ms == 0.9
+
+
+def test_retime_measures_each_shape_s_fastest_configs_in_rounds_and_the_table_then_picks_by_them(tmp_path):
+    """End to end with the fake backend: a search, then `autotune retime` stores top x rounds candidates and
+    rounds cuBLAS measurements per shape, once (a second run skips the shape), and bad input is one line."""
+    db = f"sqlite:///{tmp_path}/r.db"
+    searched = autotune("search", "--gpu", "h200", "--shape", "256", "--trials", "6", "--backend", "fake",
+                        "--db", db, "--jobs", "1")
+    assert searched.returncode == 0, searched.stderr
+    first = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--top", "2", "--rounds", "3",
+                     "--backend", "fake", "--db", db, "--jobs", "1")
+    assert first.returncode == 0, first.stderr
+    assert "1 shapes measured again" in first.stdout
+    store = ResultStore(db)
+    problem = GemmProblem(256, 256, 256)
+    best = [row.config_name for row in store.best("h200-fake", problem, limit=2)]
+    rows = store.retimed("h200-fake", problem)
+    assert sorted(row.config_name for row in rows) == sorted(best)
+    with store.session() as session:
+        from sqlalchemy import func, select
+
+        from autotune.results.models import Measurement as Stored
+        counts = dict(session.execute(select(Stored.implementation, func.count()).where(Stored.study == "retime")
+                                      .group_by(Stored.implementation)).all())
+    assert counts == {"candidate": 2 * 3, "cublas": 3}
+    again = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--backend", "fake", "--db", db, "--jobs", "1")
+    assert again.returncode == 0 and "0 shapes measured again" in again.stdout and "1 before" in again.stdout
+    for bad, value in (("--rounds", "0"), ("--top", "0"), ("--dtype", "f8"), ("--layout", "tn")):
+        args = {"--dtype": "f32", "--rounds": "2", "--top": "1", "--layout": "row", bad: value}
+        result = autotune("retime", "--gpu", "h200", "--backend", "fake", "--db", db,
+                          *(item for pair in args.items() for item in pair))
+        assert_one_line_error(result, value)
+    nothing = autotune("retime", "--gpu", "h200", "--dtype", "f16", "--backend", "fake", "--db", db, "--jobs", "1")
+    assert_one_line_error(nothing, "f16")

@@ -1,11 +1,12 @@
-"""The ``autotune`` command line: space, search, sweep, cross-dtype, query, table, ladder, results, export, gpus.
+"""The ``autotune`` command line: space, search, sweep, cross-dtype, retime, query, table, ladder, results, export,
+gpus.
 
 One module per command, each with ``register(subparsers)`` and ``run(args)``.
 Any :class:`AutotuneError` becomes one line on stderr and exit code 2 (control
 characters escaped, any database password masked); where a GPU command finds no
 GPU, the line says what runs without one.
 
-``--gpu auto`` is the attached GPU: the GPU commands (search, sweep, cross-dtype, ladder) find
+``--gpu auto`` is the attached GPU: the GPU commands (search, sweep, cross-dtype, retime, ladder) find
 it themselves (any NVIDIA GPU will do); for every other command it is the model
 NVML names, found here before the command runs.
 """
@@ -16,15 +17,28 @@ import sys
 from collections.abc import Sequence
 
 from autotune import __version__
-from autotune.cli import cross_dtype, export, gpus, ladder, plot, query, results, search, space, sweep, table
+from autotune.cli import (
+    cross_dtype,
+    export,
+    gpus,
+    ladder,
+    plot,
+    query,
+    results,
+    retime,
+    search,
+    space,
+    sweep,
+    table,
+)
 from autotune.cli.arguments import EXIT_USAGE, OneLineParser, offline_gpu
 from autotune.cli.text import printable
 from autotune.errors import AutotuneError, NoGpuError
 from autotune.gpu_specs import AUTO
 from autotune.results.urls import shown_url
 
-COMMANDS = (space, search, sweep, cross_dtype, query, table, plot, ladder, results, export, gpus)
-GPU_COMMANDS = ("search", "sweep", "cross-dtype", "ladder")  # the commands that run kernels: they need a GPU
+COMMANDS = (space, search, sweep, cross_dtype, retime, query, table, plot, ladder, results, export, gpus)
+GPU_COMMANDS = ("search", "sweep", "cross-dtype", "retime", "ladder")  # the commands that run kernels: they need a GPU
 WITHOUT_A_GPU = ("without one, add --backend fake (an H200 played with made-up timings), or use the offline commands: "
                  "autotune space, query, table, plot, export, results")
 

@@ -7,9 +7,9 @@ database gets the newest schema in one step (:mod:`autotune.results.schema`).
 """
 
 from autotune.results.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
-from autotune.results.store import BestRow, EnergyRow, ResultStore, default_url
+from autotune.results.store import RETIMED, BestRow, EnergyRow, ResultStore, default_url
 
 __all__ = [
     "Added", "BestRow", "EnergyEntry", "EnergyRow", "Export", "FailureEntry", "KernelRef", "MeasurementEntry",
-    "ResultStore", "default_url",
+    "RETIMED", "ResultStore", "default_url",
 ]

@@ -53,6 +53,7 @@ from autotune.results.urls import database_url, shown_url
 from autotune.space.family import Config
 
 MIGRATIONS = schema.MIGRATIONS
+RETIMED = "retime"  # the study label of measurements taken again, in rounds beside cuBLAS (`autotune retime`)
 WRITE_TIMEOUT_S = 120.0  # how long a write keeps retrying a busy database before it fails
 Result = TypeVar("Result")
 
@@ -495,6 +496,43 @@ class ResultStore:
                     )
                 )
         return result
+
+    def retimed(self, gpu_key: str, problem: GemmProblem) -> list[BestRow]:
+        """The kernels measured again at exactly this problem on GPUs of ``gpu_key`` (study :data:`RETIMED`),
+        one row each, fastest first: the median of its rounds' medians, against the median of the cuBLAS
+        rounds' medians (every environment of the GPU pooled). Empty where nothing was measured again.
+
+        A search's fastest kernel is the luckiest of many measured once (each kernel's best measurement
+        is its time in :meth:`best`); its rounds measured again are not chosen by their luck.
+
+        Raises:
+            DatabaseError: the query failed.
+        """
+        query = _scope(select(Measurement, Kernel, Environment), gpu_key, problem, Measurement)
+        query = query.outerjoin(Kernel, Measurement.kernel_id == Kernel.id).where(Measurement.study == RETIMED)
+        with self._reading() as session:
+            rounds: dict[str | None, list[float]] = {}  # kernel name (None: cuBLAS) -> its rounds' medians
+            kernels: dict[str, tuple[Kernel, Environment, Measurement]] = {}
+            for measurement, kernel, environment in session.execute(query.order_by(Measurement.id)).all():
+                median_ms = rows.checked_time(Measurement.__tablename__, measurement.id, "median_ms",
+                                              measurement.median_ms)
+                name = None if kernel is None else rows.kernel_identity(kernel)[1]
+                rounds.setdefault(name, []).append(median_ms)
+                if name is not None:
+                    kernels[name] = (kernel, environment, measurement)  # the latest round's
+            result = []
+            reference = statistics.median(rounds[None]) if None in rounds else None
+            for name, (kernel, environment, latest) in kernels.items():
+                median_ms = statistics.median(rounds[name])
+                family, _, _ = rows.kernel_identity(kernel)
+                env = rows.environment_record(environment)
+                result.append(BestRow(
+                    config_name=name, family=family, params=rows.kernel_params(kernel), median_ms=median_ms,
+                    tflops=problem.tflops(median_ms), cublas_median_ms=reference,
+                    ratio_to_cublas=reference / median_ms if reference is not None else None,
+                    gpu_name=env.gpu_name, arch=env.arch, driver=env.driver,
+                    measured_at=rows.utc(latest.created_at)))
+        return sorted(result, key=lambda row: (row.median_ms, row.config_name))
 
     def gpus(self) -> list[tuple[str, str, str]]:
         """``(gpu_key, gpu_name, arch)`` of every GPU with a candidate measurement, sorted."""

@@ -32,7 +32,7 @@ from autotune.gpu_specs import GPUS, GpuSpec
 from autotune.kernel.contract import contract_for
 from autotune.problem import LAYOUTS, GemmProblem
 from autotune.progress import ProgressCallback, no_progress
-from autotune.results import ResultStore
+from autotune.results import BestRow, ResultStore
 from autotune.select import cover
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, spec_for_arch
 from autotune.space.family import load_space
@@ -104,7 +104,8 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
            layout: str = "row") -> Results:
     """Every candidate measurement of ``dtype`` and ``layout`` on the GPUs ``gpu_keys`` (in environments of ``arch``, when
     given): per shape (its plain alpha 1, beta 0 problem where there is one) each config's fastest time over
-    those GPUs. TableError names a time that is not a positive finite number."""
+    those GPUs, or where kernels were measured again there (``autotune retime``), those kernels' median times
+    alone (:func:`_rows`). TableError names a time that is not a positive finite number."""
     keys = list(dict.fromkeys([gpu_keys] if isinstance(gpu_keys, str) else gpu_keys))
     problems: dict[Shape, GemmProblem] = {}
     for key in keys:
@@ -115,22 +116,29 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
     shapes, configs = {}, {}
     for shape, problem in problems.items():
         ms, measured_on, cublas = {}, {}, []
-        for key in keys:
-            for row in store.best(key, problem, limit=100_000):
-                if arch is not None and row.arch != arch:
-                    continue
-                _check_times(row, problem)
-                configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params,
-                                                                             dtype, layout))
-                if row.config_name not in ms or row.median_ms < ms[row.config_name]:
-                    ms[row.config_name], measured_on[row.config_name] = row.median_ms, row.gpu_name
-                cublas.append((row.median_ms, row.cublas_median_ms))
+        for _, row in _rows(store, keys, problem, arch):
+            _check_times(row, problem)
+            configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params, dtype, layout))
+            if row.config_name not in ms or row.median_ms < ms[row.config_name]:
+                ms[row.config_name], measured_on[row.config_name] = row.median_ms, row.gpu_name
+            cublas.append((row.median_ms, row.cublas_median_ms))
         if not ms:
             continue
         best = min(ms, key=lambda name: (ms[name], name))
         references = [reference for _, reference in sorted(cublas, key=lambda c: c[0]) if reference]
         shapes[shape] = Measured(problem, ms, measured_on, best, references[0] if references else None)
     return Results(dict(sorted(shapes.items(), key=lambda item: _volume_order(item[0]))), configs)
+
+
+def _rows(store: ResultStore, keys: Sequence[str], problem: GemmProblem, arch: str | None) -> list[tuple[str, BestRow]]:
+    """What ``problem``'s shape is judged by on the GPUs ``keys`` (in environments of ``arch``, when given):
+    the kernels measured again there in rounds beside cuBLAS (:meth:`ResultStore.retimed`), where there are
+    any, and only those; else every kernel measured there, each at its fastest measurement."""
+    for measured in (store.retimed, lambda key, problem: store.best(key, problem, limit=100_000)):
+        found = [(key, row) for key in keys for row in measured(key, problem) if arch is None or row.arch == arch]
+        if found:
+            return found
+    return []
 
 
 def _check_times(row, problem: GemmProblem) -> None:

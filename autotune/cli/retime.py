@@ -1,0 +1,95 @@
+"""``autotune retime``: each tuned shape's fastest configs measured again, in rounds beside cuBLAS, for the table."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from autotune.cli.arguments import (
+    MAX_ROWS,
+    Integer,
+    Seconds,
+    add_backend_argument,
+    add_db_argument,
+    add_gpu_argument,
+    add_layout_argument,
+    add_worker_arguments,
+    open_store,
+    requested_gpu,
+)
+from autotune.errors import InputError
+from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
+from autotune.search.retime import RETIME_ROUNDS, RETIME_TOP
+from autotune.search.start import GpuRequest
+from autotune.shapes import SHAPE_SETS, read_shapes
+
+MAX_ROUNDS = 100
+
+
+def register(sub) -> None:
+    retime = sub.add_parser(
+        "retime", help="measure each tuned shape's fastest configs again, in rounds beside cuBLAS: the table "
+                       "then picks by those times",
+        epilog="example: autotune retime --gpu h200 --dtype f16 --top 3 --rounds 5; then "
+               "autotune table --gpu h200 --dtype f16",
+    )
+    add_gpu_argument(retime)
+    retime.add_argument("--dtype", required=True, help=f"element type: {', '.join(DTYPES)}")
+    add_layout_argument(retime)
+    retime.add_argument("--top", action=Integer, least=1, most=MAX_ROWS, default=RETIME_TOP,
+                        help=f"the fastest T distinct configs of each shape (default {RETIME_TOP})")
+    retime.add_argument("--rounds", action=Integer, least=1, most=MAX_ROUNDS, default=RETIME_ROUNDS,
+                        help=f"times each config and cuBLAS are measured, the order rotated each round "
+                             f"(default {RETIME_ROUNDS})")
+    retime.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}) or a file with one "
+                                         "shape per line (default: every shape with results)")
+    add_db_argument(retime)
+    add_backend_argument(retime)
+    add_worker_arguments(retime)
+    retime.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+    retime.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from autotune.search.retime import Retime, plan
+    from autotune.search.settings import SearchSettings
+    from autotune.search.start import attached_gpu_spec, start_processes
+
+    check_dtype(args.dtype)
+    if args.layout not in LAYOUTS:
+        raise InputError("--layout", args.layout, LAYOUT_CHOICES)
+    requested = requested_gpu(args.gpu)
+    if requested is not None:
+        dtype_runs_on(args.dtype, requested.arch, requested.key)
+    shapes = read_shapes(args.shapes) if args.shapes else None
+    request = GpuRequest(requested, args.gpu, args.device, args.backend)
+    with contextlib.ExitStack() as stack:
+        (worker,), pool = start_processes(request, 1, args.jobs, stack)
+        env = worker.environment()
+        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
+        dtype_runs_on(args.dtype, gpu.arch, gpu.key)
+        store = stack.enter_context(open_store(args.db))
+        planned, earlier = plan(store, gpu, env.gpu_key, args.dtype, args.layout, args.top, shapes)
+        if not planned and not earlier:
+            raise InputError("--dtype", args.dtype,
+                             f"a dtype with {args.layout} results on {env.gpu_key} in {store.shown_url} (search or "
+                             f"sweep first, or import them: autotune results import tuned_db/{env.gpu_key}.jsonl)")
+        configs = sum(len(shape.configs) for shape in planned)
+        print(f"measuring {configs} configs of {len(planned)} shapes ({args.dtype}, {args.layout}) again with cuBLAS, "
+              f"{args.rounds} rounds, on {env.gpu_name} ({env.arch}), device {args.device}; {earlier} shapes "
+              "measured again before", file=sys.stderr)
+        result = Retime(planned, gpu, store, worker, pool, args.rounds, earlier, SearchSettings(jobs=args.jobs),
+                        args.timeout, on_progress=_progress).run()
+        print(f"{result.shapes} shapes measured again ({result.configs} configs compiled, {result.failed} failed), "
+              f"{result.earlier} before"
+              + ("" if result.complete else "; stopped at --timeout: run again to go on")
+              + f" ({store.shown_url}); next: autotune table --gpu {env.gpu_key} --dtype {args.dtype}"
+              + ("" if args.layout == "row" else f" --layout {args.layout}"))
+    return 0
+
+
+def _progress(progress) -> None:
+    if progress.evaluated == progress.target or progress.evaluated % 50 == 0:
+        print(f"  {progress.evaluated}/{progress.target} evaluations, {progress.elapsed_s:.0f} s", file=sys.stderr,
+              flush=True)
