@@ -53,15 +53,28 @@ def runtime():
 
 def test_nearest_tuned_shape_picks_the_kernel_and_its_grid(runtime):
     rt, device = runtime
-    a, b = matrices(100, 300, 70)
+    a, b = matrices(100, 120, 70)
     out = rt.gemm(a, b)
     assert numpy.allclose(out, a @ b, rtol=1e-5, atol=1e-4)
-    assert device.calls == [("kernel", "small", (10, 4, 1))]  # cdiv(300, 32), cdiv(100, 32)
-    a, b = matrices(2000, 3000, 1000)
+    assert device.calls == [("kernel", "small", (4, 4, 1))]  # cdiv(120, 32), cdiv(100, 32)
+    a, b = matrices(2100, 3000, 2500)
     rt.gemm(a, b)
-    assert device.calls[-1] == ("kernel", "large", (24, 16, 1))
+    assert device.calls[-1] == ("kernel", "large", (24, 17, 1))
     decision = rt.explain(a, b)
     assert decision.kernel.name == "large" and "nearest tuned shape 4096x4096x4096" in str(decision)
+
+
+def test_a_shape_more_than_twice_its_nearest_tuned_shape_on_an_axis_runs_cublas(runtime):
+    """The kernel's time is not carried that far, however much faster it was there: 300 columns are more than
+    twice 64, 1000 of K less than half of 4096; the shape goes to cuBLAS, and explain says why."""
+    rt, device = runtime
+    for shape, rule in (((100, 300, 70), "64x64x64"), ((2100, 3000, 1000), "4096x4096x4096")):
+        a, b = matrices(*shape)
+        assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        assert device.calls[-1][0] == "cublas", device.calls
+        decision = rt.explain(a, b)
+        assert decision.kernel is None
+        assert f"nearest tuned shape {rule} is more than 2x from {'x'.join(map(str, shape))}" in str(decision)
 
 
 def test_a_kernel_built_for_whole_tiles_runs_its_build_for_any_shape_elsewhere(tmp_path):

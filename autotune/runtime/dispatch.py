@@ -15,7 +15,14 @@ import dataclasses
 
 from autotune.errors import InputError
 from autotune.runtime.operands import TAKEN, Operand
-from autotune.select.kernel_table import DtypeTable, KernelTable, TableKernel, TablePick, TableRule
+from autotune.select.kernel_table import (
+    CARRIED_FACTOR,
+    DtypeTable,
+    KernelTable,
+    TableKernel,
+    TablePick,
+    TableRule,
+)
 
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: tuned kernels need 16-byte-aligned operand starts (vector and TMA loads)
@@ -170,6 +177,10 @@ def _cublas_reason(table: DtypeTable, pick: TablePick, shape: tuple[int, int, in
         m, n, k = shape
         return (f"no tuned kernel measured at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} runs {m}x{n}x{k} "
                 f"({short} runs only where {table.kernel(pick.measured).launch.serves})")
+    if pick.far:
+        m, n, k = shape
+        return (f"the nearest tuned shape {rule.m}x{rule.n}x{rule.k} is more than {CARRIED_FACTOR}x from {m}x{n}x{k} "
+                f"on some axis: a tuned kernel's time is not carried that far")
     ms = dict(rule.times)[pick.measured]
     measured = f"{ms:.4g} ms against cuBLAS's {rule.cublas_ms:.4g} ms on {rule.measured_on}"
     if rule.shape == shape:

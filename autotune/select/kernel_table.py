@@ -57,8 +57,17 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
                   "time is more than cublas_ms * cost(shape) / cost(tuned shape), cost = max(2 * m * n * k, ridge * "
                   "(m * k + k * n + m * n)) (cuBLAS has no launch contract: it chooses its own kernel per shape, so "
                   "its time is carried by a roofline at the throughput measured there); "
-                  "cuBLAS where none runs it; "
+                  "cuBLAS where none runs it, or where the shape is more than twice or less than half the nearest "
+                  "tuned shape on any axis (a kernel's time is not carried that far); "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
+CARRIED_FACTOR = 2  # a tuned kernel's time is carried from the nearest tuned shape no farther than this, per axis
+
+
+def farther_than_carried(there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
+    """Whether ``here`` is more than CARRIED_FACTOR times ``there``, or less than 1 / CARRIED_FACTOR of it, on some
+    axis (in integers, as the C library compares them). On the H200, every kernel carried 4x or 8x along an axis
+    ran 7-35% slower than its carried time predicted (bench/NOTES.md, "How far a tuned kernel's time carries")."""
+    return any(a > CARRIED_FACTOR * b or b > CARRIED_FACTOR * a for a, b in zip(here, there))
 
 
 class TableError(AutotuneError):
@@ -207,6 +216,9 @@ class TablePick:
     # No kernel measured at the rule runs this shape (each is built for fewer rows, say): cuBLAS must, and
     # ``kernel`` (the rule's) must not run here.
     unserved: bool = False
+    # The shape is more than CARRIED_FACTOR times (or less than 1 / CARRIED_FACTOR of) the rule's on some axis:
+    # cuBLAS, since the kernel's time carried that far says little (``kernel`` is still the one predicted fastest).
+    far: bool = False
 
     def __post_init__(self):
         if not self.measured:
@@ -214,10 +226,10 @@ class TablePick:
 
     @property
     def cublas(self) -> bool:
-        """Whether the shape goes to cuBLAS: no kernel of the rule runs it, or the kernel's predicted time is more
-        than cuBLAS's."""
-        return self.unserved or (self.cublas_ms is not None and self.kernel_ms is not None
-                                 and self.kernel_ms > self.cublas_ms)
+        """Whether the shape goes to cuBLAS: no kernel of the rule runs it, the rule is too far from it
+        (:data:`CARRIED_FACTOR`), or the kernel's predicted time is more than cuBLAS's."""
+        return self.unserved or self.far or (self.cublas_ms is not None and self.kernel_ms is not None
+                                             and self.kernel_ms > self.cublas_ms)
 
     @property
     def ratio_to_cublas(self) -> float | None:
@@ -318,7 +330,7 @@ class DtypeTable:
         if not runnable:
             return TablePick(rule, rule.kernel, rule.kernel, None, cublas_ms, unserved=True)
         name, kernel_ms = fastest(runnable, work, rule.shape, (m, n, k))
-        return TablePick(rule, name, name, kernel_ms, cublas_ms)
+        return TablePick(rule, name, name, kernel_ms, cublas_ms, far=farther_than_carried(rule.shape, (m, n, k)))
 
 
 def _check_bounded(kernel: TableKernel, domain: dict[str, tuple[int, int]], sms: int) -> None:

@@ -23,6 +23,8 @@ static double nanos(double x) {
     return whole;
 }
 
+#define CARRIED_FACTOR 2LL /* autotune.select.kernel_table.CARRIED_FACTOR */
+
 /* The rule's distance to m x n x k, summed left to right as Python's sum() does. */
 static double distance(const autotune_rule* rule, int m, int n, int k) {
     double total = fabs(log((double)rule->m) - log((double)m));
@@ -87,8 +89,14 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
         *cublas = 1;
         return -1;
     }
+    /* autotune.select.kernel_table.farther_than_carried: more than twice, or less than half, the rule's size on
+       some axis: cuBLAS, as a kernel's time is not carried that far */
+    const long long here[3] = {m, n, k}, there[3] = {rule->m, rule->n, rule->k};
+    for (int axis = 0; axis < 3; ++axis)
+        if (here[axis] > CARRIED_FACTOR * there[axis] || there[axis] > CARRIED_FACTOR * here[axis])
+            *cublas = 1;
     /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * cost here / cost there, left to right */
-    if (rule->cublas_ms > 0.0)
+    if (!*cublas && rule->cublas_ms > 0.0)
         *cublas = best_ms > rule->cublas_ms * roofline_cost(table->ridge, m, n, k) /
                                 roofline_cost(table->ridge, rule->m, rule->n, rule->k);
     if (!autotune_gemm_kernels[best].serves(m, n, k)) /* built for whole tiles, say: its build for any shape */
