@@ -59,9 +59,8 @@ def plan(store: ResultStore, gpu: GpuSpec, gpu_key: str, dtype: str, layout: str
     """For each problem of ``dtype`` and ``layout`` with candidate results on ``gpu_key`` (only those of
     ``shapes``, when given) that was not measured again before, the smallest first (a run stopped at its time
     limit has covered the most shapes, and the short kernels, whose times vary most): its ``top`` fastest
-    distinct configs of a
-    shipped family that the static rules still admit on ``gpu``; and how many problems were measured again
-    before.
+    distinct configs of a shipped family that the static rules still admit on ``gpu``; and how many problems
+    were measured again before.
 
     Raises:
         InputError: ``top`` is below 1.
