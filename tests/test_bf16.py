@@ -138,7 +138,8 @@ def test_a_first_bf16_table_from_the_shipped_fp16_results_on_the_fake_backend(tm
     assert "0 measured, 0 failed, 4 measured before" in again.stdout, again.stdout  # nothing measured twice
 
     with open_store(db) as store:
-        f16 = {(p.m, p.n, p.k): [row.config_name for row in store.best("h200", p, limit=2)]
+        # each shape's two fastest distinct configs (a config measured under two template versions is two rows)
+        f16 = {(p.m, p.n, p.k): list(dict.fromkeys(row.config_name for row in store.best("h200", p, limit=10)))[:2]
                for p in store.problems("h200", "f16") if (p.m, p.n, p.k) in {(4096, 4096, 4096), (128, 14336, 4096)}}
         bf16 = store.problems("h200-fake", "bf16")
         assert {(p.m, p.n, p.k) for p in bf16} == set(f16)
