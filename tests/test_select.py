@@ -332,3 +332,18 @@ def test_retime_measures_each_shape_s_fastest_configs_in_rounds_and_the_table_th
         assert_one_line_error(result, value)
     nothing = autotune("retime", "--gpu", "h200", "--dtype", "f16", "--backend", "fake", "--db", db, "--jobs", "1")
     assert_one_line_error(nothing, "f16")
+
+
+def test_the_fastest_configs_to_measure_again_are_distinct_and_built_where_they_run(tmp_path):
+    """A config recorded under two template versions is one config; top counts distinct configs, fastest first."""
+    from autotune.search.planned import fastest_configs
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shape = _square(1024)
+    store.add_measurement(ENV, shape, _config(64), "old-template", _m(shape, 0.9), "s")
+    _add(store, shape, _config(64), 1.0)
+    _add(store, shape, _config(128), 1.1)
+    _add(store, shape, _config(256), 1.2)
+    chosen = fastest_configs(store, "h200", shape, shape, H200, {"sgemm"}, 2)
+    assert [config.name for _, config in chosen] == [_config(64).name, _config(128).name]
+    assert fastest_configs(store, "h200", shape, shape, H200, {"hgemm_wgmma"}, 2) == []  # no family of those

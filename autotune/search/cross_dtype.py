@@ -26,24 +26,16 @@ from autotune.gpu_specs import FAKE_SUFFIX, GpuSpec
 from autotune.kernel.build import compile_result, finish_build
 from autotune.kernel.compile import CompilePool
 from autotune.kernel.render import render
-from autotune.problem import GemmProblem
 from autotune.records import Failure
 from autotune.results import ResultStore
 from autotune.search.evaluate import Measuring, Recorder, run_candidate, run_cublas
+from autotune.search.planned import Planned, fastest_configs
 from autotune.search.settings import SearchSettings
 from autotune.search.sweep import measured_configs
-from autotune.space.family import Config, SearchSpace, load_space, shipped_families
+from autotune.space.family import load_space, shipped_families
 
 STUDY = "cross-dtype"  # the study label of its measurements: "cross-dtype/<from_dtype>"
 CROSS_DTYPE_TOP = 3  # configs per shape by default
-
-
-@dataclasses.dataclass(frozen=True)
-class Planned:
-    """One shape: the problem in the new dtype, and the configs (of their families' spaces for it) to time there."""
-
-    problem: GemmProblem
-    configs: tuple[tuple[SearchSpace, Config], ...]
 
 
 @dataclasses.dataclass
@@ -94,19 +86,7 @@ def plan(store: ResultStore, gpu: GpuSpec, source_key: str, from_dtype: str, dty
         if wanted is not None and (source.m, source.n, source.k) not in wanted:
             continue
         problem = dataclasses.replace(source, dtype=dtype)
-        configs: list[tuple[SearchSpace, Config]] = []
-        for row in store.best(source_key, source, limit=1_000_000):
-            if len(configs) == top:
-                break
-            if row.family not in families:
-                continue
-            space = load_space(row.family, dtype, layout)
-            try:
-                config = space.build_for(space.config(row.params), gpu, problem)
-            except InputError:
-                continue  # a knob value the family no longer has
-            if space.check(config, gpu, problem).feasible and config not in (c for _, c in configs):
-                configs.append((space, config))
+        configs = fastest_configs(store, source_key, source, problem, gpu, families, top)
         if configs:
             planned.append(Planned(problem, tuple(configs)))
     return planned

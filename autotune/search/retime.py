@@ -29,10 +29,10 @@ from autotune.kernel.compile import CompilePool
 from autotune.kernel.render import render
 from autotune.records import Failure
 from autotune.results import RETIMED, ResultStore
-from autotune.search.cross_dtype import Planned
 from autotune.search.evaluate import Measuring, Recorder, run_candidate, run_cublas
+from autotune.search.planned import Planned, fastest_configs
 from autotune.search.settings import SearchSettings
-from autotune.space.family import Config, SearchSpace, load_space, shipped_families
+from autotune.space.family import shipped_families
 
 RETIME_TOP = 3  # configs per shape by default
 RETIME_ROUNDS = 5  # rounds by default: each config and cuBLAS measured this many times
@@ -76,19 +76,7 @@ def plan(store: ResultStore, gpu: GpuSpec, gpu_key: str, dtype: str, layout: str
         if store.retimed(gpu_key, problem):
             earlier += 1
             continue
-        configs: list[tuple[SearchSpace, Config]] = []
-        for row in store.best(gpu_key, problem, limit=1_000_000):
-            if len(configs) == top:
-                break
-            if row.family not in families:
-                continue
-            space = load_space(row.family, dtype, layout)
-            try:
-                config = space.config(row.params)
-            except InputError:
-                continue  # a knob value the family no longer has
-            if space.check(config, gpu, problem).feasible:
-                configs.append((space, config))
+        configs = fastest_configs(store, gpu_key, problem, problem, gpu, families, top)
         if configs:
             planned.append(Planned(problem, tuple(configs)))
     return planned, earlier
