@@ -42,7 +42,8 @@
 #                                       sgemm kinds (and any FILE given), alone and 1, 8 and 16 at once
 #                                       (bench/compile_cost.py; NVRTC's own cache disabled)
 #   bench/h200.sh sweep DTYPE...        the LLM sweep for a table: `autotune sweep --shapes llm`, then
-#                                       `--shapes llm-held-out --cross-from llm`, then `autotune table
+#                                       `--shapes llm-held-out --cross-from llm`, then `autotune retime` of every
+#                                       swept shape (SWEEP_ROUNDS rounds, default 3), then `autotune table
 #                                       --hold-out llm-held-out` (text and JSON) and `autotune plot`, once
 #                                       both sweeps are complete (SWEEP_TRIALS per shape, default 20;
 #                                       SWEEP_TOP, default 3; SWEEP_TIMEOUT=S stops each sweep command
@@ -204,6 +205,10 @@ while [ $# -gt 0 ]; do
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
             python3 -m autotune sweep "${common[@]}" --shapes llm-held-out --cross-from llm > "$step" 2>&1 || status=1
+            cat "$step" >> "$log"
+            grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
+            python3 -m autotune retime --gpu h200 --dtype "$dtype" --layout "$layout" --rounds "${SWEEP_ROUNDS:-3}" \
+                --db "$DB" ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"} > "$step" 2>&1 || status=1
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
             table=(--gpu h200 --dtype "$dtype" --layout "$layout" --hold-out llm-held-out --db "$DB")
