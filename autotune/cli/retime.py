@@ -52,6 +52,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autotune.search.cross_dtype import source_gpu_key
     from autotune.search.retime import Retime, plan
     from autotune.search.settings import SearchSettings
     from autotune.search.start import attached_gpu_spec, start_processes
@@ -72,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         store = stack.enter_context(open_store(args.db))
         planned, earlier = plan(store, gpu, env.gpu_key, args.dtype, args.layout, args.top, shapes)
         if not planned and not earlier:
-            raise InputError("--dtype", args.dtype,
-                             f"a dtype with {args.layout} results on {env.gpu_key} in {store.shown_url} (search or "
-                             f"sweep first, or import them: autotune results import tuned_db/{env.gpu_key}.jsonl)")
+            shipped = "" if source_gpu_key(env.gpu_key) != env.gpu_key else \
+                f", or import them: autotune results import tuned_db/{env.gpu_key}.jsonl"
+            raise InputError("--dtype", args.dtype, f"a dtype with {args.layout} results on {env.gpu_key} in "
+                                                    f"{store.shown_url} (search or sweep first{shipped})")
         configs = sum(len(shape.configs) for shape in planned)
         print(f"measuring {configs} configs of {len(planned)} shapes ({args.dtype}, {args.layout}) again with cuBLAS, "
               f"{args.rounds} rounds, on {env.gpu_name} ({env.arch}), device {args.device}; {earlier} shapes "
