@@ -30,7 +30,7 @@ from autotune.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND_LINE = re.compile(r"^    ((?:autotune|python|printf|pip|cmake) .*?)\s*(?:#\s*(.*))?$")
-GPU_COMMANDS = ("search", "sweep", "cross-dtype", "ladder")
+GPU_COMMANDS = ("search", "sweep", "cross-dtype", "retime", "ladder")
 SHIPPED_H200 = sum(1 for line in (ROOT / "tuned_db" / "h200.jsonl").read_text().splitlines() if line.strip())
 
 
