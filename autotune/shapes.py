@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from pathlib import Path
 
 from autotune.errors import InputError
@@ -70,13 +71,23 @@ def grid_shapes() -> list[Shape]:
 SHAPE_SETS = {"llm": llm_shapes, "llm-held-out": held_out_shapes, "grid": grid_shapes}
 
 
+_WRITTEN_OUT = re.compile(r"\s*\d+(x\d+x\d+)?\s*(,\s*\d+(x\d+x\d+)?\s*)*")  # shapes, not a file name
+
+
 def read_shapes(spec: str) -> list[Shape]:
-    """The shapes of a set name (``llm``, ``llm-held-out``, ``grid``) or of a shape file, in order, without repeats."""
+    """The shapes of a set name (``llm``, ``llm-held-out``, ``grid``), of a shape file, or written out
+    (``4096x4096x1024,77x4096x14336``: shapes separated by commas), in order, without repeats."""
     if spec in SHAPE_SETS:
         return SHAPE_SETS[spec]()
     path = Path(spec)
+    if not path.is_file() and _WRITTEN_OUT.fullmatch(spec):
+        try:
+            return list(dict.fromkeys(parse_shape(text.strip()) for text in spec.split(",")))
+        except InputError as error:
+            raise InputError("--shapes", spec, error.valid) from None
     if not path.is_file():
-        raise InputError("--shapes", spec, f"a shape file or one of {', '.join(SHAPE_SETS)}")
+        raise InputError("--shapes", spec, f"a shape file, shapes written out (4096,77x4096x14336) or one of "
+                                           f"{', '.join(SHAPE_SETS)}")
     shapes: list[Shape] = []
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         text = line.split("#", 1)[0].strip()

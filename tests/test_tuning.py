@@ -16,6 +16,7 @@ from autotune.results.files import import_file
 from autotune.runtime import Runtime
 from autotune.runtime.devices import HostDevice
 from autotune.runtime.tuning import Tuner, TuningSettings, search_commands
+from autotune.shapes import read_shapes
 from autotune.select.kernel_table import KernelTable
 
 DATA = Path(__file__).parent / "data" / "h200-v1.jsonl"
@@ -136,11 +137,17 @@ def test_tuning_is_off_unless_asked_for_and_off_with_a_loaded_table(monkeypatch)
 @pytest.mark.parametrize("layout", ["row", "nt"])
 def test_the_search_commands_are_ones_the_command_line_takes(layout):
     parser = build_parser()
-    for command in search_commands("f16", (77, 4096, 14336), 1, "sqlite:////tmp/r.db", TuningSettings(trials=30),
-                                   layout):
+    commands = search_commands("f16", (77, 4096, 14336), 1, "sqlite:////tmp/r.db", TuningSettings(trials=30), layout)
+    assert [command[3] for command in commands] == ["results", "search", "retime"]
+    parsed = []
+    for command in commands:
         assert command[:3] == [sys.executable, "-m", "autotune"]
-        args = parser.parse_args(command[3:])
-    assert (args.shape, args.trials, args.device, args.gpu, args.layout) == ("77x4096x14336", 30, 1, "auto", layout)
+        parsed.append(parser.parse_args(command[3:]))
+    _, search, retime = parsed
+    assert (search.shape, search.trials, search.device, search.gpu, search.layout) == (
+        "77x4096x14336", 30, 1, "auto", layout)
+    assert (read_shapes(retime.shapes), retime.dtype, retime.device, retime.gpu, retime.layout, retime.db) == (
+        [(77, 4096, 14336)], "f16", 1, "auto", layout, "sqlite:////tmp/r.db")
 
 
 def test_only_layouts_a_family_is_meant_to_serve_are_searched_on_a_miss():
