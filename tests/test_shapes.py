@@ -30,3 +30,12 @@ def test_bad_line_names_file_line_and_value(tmp_path):
 def test_unknown_set_names_the_choices():
     with pytest.raises(InputError, match="llm, llm-held-out, grid"):
         read_shapes("lm")
+
+
+def test_shapes_written_out_are_read_in_order_once_and_a_bad_one_is_one_clear_error():
+    assert read_shapes("4096x4096x1024, 77x4096x14336,4096,77x4096x14336") == [
+        (4096, 4096, 1024), (77, 4096, 14336), (4096, 4096, 4096)]
+    for bad in ("77x4096", "4096,", "4096,0x1x1", "llm-heldout"):
+        with pytest.raises(InputError, match="invalid --shapes") as error:
+            read_shapes(bad)
+        assert bad in str(error.value) and "\n" not in str(error.value)
