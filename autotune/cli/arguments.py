@@ -17,6 +17,7 @@ from autotune.gpu_specs import AUTO, GPUS, GpuSpec, gpu_spec
 from autotune.problem import DTYPES
 from autotune.results.opening import open_store  # noqa: F401 (the commands open --db through here)
 from autotune.results.urls import shown_url, without_secrets
+from autotune.shapes import SHAPE_SETS
 
 EXIT_USAGE = 2
 # Sane ranges of the numeric options.
@@ -172,6 +173,21 @@ def add_wide_argument(parser: argparse.ArgumentParser) -> None:
 def add_backend_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="cupy", choices=["cupy", "fake"],
                         help="GPU backend: cupy (default), or fake to exercise the pipeline with no GPU")
+
+
+def add_resumable_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every command that measures many shapes on a GPU and can stop and go on takes: --db, --backend,
+    --jobs and --device, and --timeout."""
+    add_db_argument(parser)
+    add_backend_argument(parser)
+    add_worker_arguments(parser)
+    parser.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+
+
+def add_shapes_filter_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """--shapes: only these of the shapes with results (``default`` says which, without it)."""
+    parser.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}), shapes written out "
+                                         f"(4096,77x4096x14336) or a file with one shape per line (default: {default})")
 
 
 def requested_gpu(name: str) -> GpuSpec | None:

@@ -9,12 +9,10 @@ import sys
 from autotune.cli.arguments import (
     MAX_ROWS,
     Integer,
-    Seconds,
-    add_backend_argument,
-    add_db_argument,
     add_gpu_argument,
     add_layout_argument,
-    add_worker_arguments,
+    add_resumable_run_arguments,
+    add_shapes_filter_argument,
     open_store,
     requested_gpu,
 )
@@ -22,7 +20,7 @@ from autotune.errors import InputError
 from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
 from autotune.search.cross_dtype import CROSS_DTYPE_TOP
 from autotune.search.start import GpuRequest
-from autotune.shapes import SHAPE_SETS, read_shapes
+from autotune.shapes import read_shapes
 
 
 def register(sub) -> None:
@@ -38,12 +36,8 @@ def register(sub) -> None:
     add_layout_argument(cross)
     cross.add_argument("--top", action=Integer, least=1, most=MAX_ROWS, default=CROSS_DTYPE_TOP,
                        help=f"the fastest T distinct configs of each shape (default {CROSS_DTYPE_TOP})")
-    cross.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}) or a file with one "
-                                        "shape per line (default: every shape with --from-dtype results)")
-    add_db_argument(cross)
-    add_backend_argument(cross)
-    add_worker_arguments(cross)
-    cross.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+    add_shapes_filter_argument(cross, "every shape with --from-dtype results")
+    add_resumable_run_arguments(cross)
     cross.set_defaults(run=run)
 
 

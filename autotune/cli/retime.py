@@ -9,12 +9,10 @@ import sys
 from autotune.cli.arguments import (
     MAX_ROWS,
     Integer,
-    Seconds,
-    add_backend_argument,
-    add_db_argument,
     add_gpu_argument,
     add_layout_argument,
-    add_worker_arguments,
+    add_resumable_run_arguments,
+    add_shapes_filter_argument,
     open_store,
     requested_gpu,
 )
@@ -22,7 +20,7 @@ from autotune.errors import InputError
 from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
 from autotune.search.retime import RETIME_ROUNDS, RETIME_TOP
 from autotune.search.start import GpuRequest
-from autotune.shapes import SHAPE_SETS, read_shapes
+from autotune.shapes import read_shapes
 
 MAX_ROUNDS = 100
 
@@ -42,12 +40,8 @@ def register(sub) -> None:
     retime.add_argument("--rounds", action=Integer, least=1, most=MAX_ROUNDS, default=RETIME_ROUNDS,
                         help=f"times each config and cuBLAS are measured, the order rotated each round "
                              f"(default {RETIME_ROUNDS})")
-    retime.add_argument("--shapes", help=f"only these shapes: a set ({', '.join(SHAPE_SETS)}) or a file with one "
-                                         "shape per line (default: every shape with results)")
-    add_db_argument(retime)
-    add_backend_argument(retime)
-    add_worker_arguments(retime)
-    retime.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+    add_shapes_filter_argument(retime, "every shape with results")
+    add_resumable_run_arguments(retime)
     retime.set_defaults(run=run)
 
 

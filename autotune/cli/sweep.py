@@ -11,14 +11,11 @@ from autotune.cli.arguments import (
     MAX_ROWS,
     MAX_TRIALS,
     Integer,
-    Seconds,
-    add_backend_argument,
-    add_db_argument,
     add_gpu_argument,
     add_layout_argument,
     add_pin_argument,
+    add_resumable_run_arguments,
     add_wide_argument,
-    add_worker_arguments,
     pins,
     requested_gpu,
 )
@@ -40,7 +37,8 @@ def register(sub) -> None:
     sweep.add_argument("--dtype", default="f32", help=f"element type: {', '.join(DTYPES)} (default f32)")
     add_layout_argument(sweep)
     sweep.add_argument("--shapes", required=True,
-                       help=f"a shape set ({', '.join(SHAPE_SETS)}) or a file with one shape (4096 or MxNxK) per line")
+                       help=f"a shape set ({', '.join(SHAPE_SETS)}), shapes written out (4096,77x4096x14336) or a "
+                            "file with one shape (4096 or MxNxK) per line")
     sweep.add_argument("--trials", action=Integer, least=1, most=MAX_TRIALS, default=SWEEP_TRIALS,
                        help=f"GPU evaluations per shape (default {SWEEP_TRIALS})")
     sweep.add_argument("--family", help="kernel family: a shipped one's name, or the path of your own space file "
@@ -52,11 +50,8 @@ def register(sub) -> None:
                        help="time the best configs of these tuned shapes (a set or file, as --shapes) at the swept "
                             "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
     add_pin_argument(sweep)
-    add_db_argument(sweep)
-    add_backend_argument(sweep)
     add_wide_argument(sweep)
-    add_worker_arguments(sweep)
-    sweep.add_argument("--timeout", action=Seconds, help="stop this run after S seconds (run it again to go on)")
+    add_resumable_run_arguments(sweep)
     sweep.set_defaults(run=run)
 
 
