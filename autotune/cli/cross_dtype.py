@@ -13,13 +13,11 @@ from autotune.cli.arguments import (
     add_layout_argument,
     add_resumable_run_arguments,
     add_shapes_filter_argument,
-    open_store,
-    requested_gpu,
 )
+from autotune.cli.gpu_job import check_requested_gpu, start_gpu_job
 from autotune.errors import InputError
-from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
+from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype
 from autotune.search.cross_dtype import CROSS_DTYPE_TOP
-from autotune.search.start import GpuRequest
 from autotune.shapes import read_shapes
 
 
@@ -44,7 +42,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from autotune.search.cross_dtype import CrossDtype, plan, source_gpu_key
     from autotune.search.settings import SearchSettings
-    from autotune.search.start import attached_gpu_spec, start_processes
 
     check_dtype(args.dtype)
     check_dtype(args.from_dtype, "--from-dtype")
@@ -52,17 +49,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--layout", args.layout, LAYOUT_CHOICES)
     if args.dtype == args.from_dtype:
         raise InputError("--from-dtype", args.from_dtype, f"a dtype other than --dtype {args.dtype}")
-    requested = requested_gpu(args.gpu)
-    if requested is not None:
-        dtype_runs_on(args.dtype, requested.arch, requested.key)
+    check_requested_gpu(args, args.dtype)
     shapes = read_shapes(args.shapes) if args.shapes else None
-    request = GpuRequest(requested, args.gpu, args.device, args.backend)
     with contextlib.ExitStack() as stack:
-        (worker,), pool = start_processes(request, 1, args.jobs, stack)
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
-        dtype_runs_on(args.dtype, gpu.arch, gpu.key)
-        store = stack.enter_context(open_store(args.db))
+        job = start_gpu_job(args, args.dtype, stack)
+        env, gpu, store = job.env, job.gpu, job.store
         source = source_gpu_key(env.gpu_key)
         planned = plan(store, gpu, source, args.from_dtype, args.dtype, args.top, shapes, args.layout)
         if not planned:
@@ -72,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         pairs = sum(len(shape.configs) for shape in planned)
         print(f"timing {pairs} {args.from_dtype} configs of {len(planned)} shapes in {args.dtype} on "
               f"{env.gpu_name} ({env.arch}), with cuBLAS, device {args.device}", file=sys.stderr)
-        result = CrossDtype(planned, gpu, store, worker, pool, args.from_dtype, SearchSettings(jobs=args.jobs),
+        result = CrossDtype(planned, gpu, store, job.worker, job.pool, args.from_dtype, SearchSettings(jobs=args.jobs),
                             args.timeout, on_progress=_progress).run()
         print(f"{result.shapes} shapes, {result.configs} configs compiled: {result.measured} measured, "
               f"{result.failed} failed, {result.earlier} measured before"

@@ -13,13 +13,11 @@ from autotune.cli.arguments import (
     add_layout_argument,
     add_resumable_run_arguments,
     add_shapes_filter_argument,
-    open_store,
-    requested_gpu,
 )
+from autotune.cli.gpu_job import check_requested_gpu, start_gpu_job
 from autotune.errors import InputError
-from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype, dtype_runs_on
+from autotune.problem import DTYPES, LAYOUT_CHOICES, LAYOUTS, check_dtype
 from autotune.search.retime import RETIME_ROUNDS, RETIME_TOP
-from autotune.search.start import GpuRequest
 from autotune.shapes import read_shapes
 
 MAX_ROUNDS = 100
@@ -49,22 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from autotune.search.cross_dtype import source_gpu_key
     from autotune.search.retime import Retime, plan
     from autotune.search.settings import SearchSettings
-    from autotune.search.start import attached_gpu_spec, start_processes
 
     check_dtype(args.dtype)
     if args.layout not in LAYOUTS:
         raise InputError("--layout", args.layout, LAYOUT_CHOICES)
-    requested = requested_gpu(args.gpu)
-    if requested is not None:
-        dtype_runs_on(args.dtype, requested.arch, requested.key)
+    check_requested_gpu(args, args.dtype)
     shapes = read_shapes(args.shapes) if args.shapes else None
-    request = GpuRequest(requested, args.gpu, args.device, args.backend)
     with contextlib.ExitStack() as stack:
-        (worker,), pool = start_processes(request, 1, args.jobs, stack)
-        env = worker.environment()
-        gpu = attached_gpu_spec(requested, env, args.gpu, worker.device_properties())
-        dtype_runs_on(args.dtype, gpu.arch, gpu.key)
-        store = stack.enter_context(open_store(args.db))
+        job = start_gpu_job(args, args.dtype, stack)
+        env, gpu, store = job.env, job.gpu, job.store
         planned, earlier = plan(store, gpu, env.gpu_key, args.dtype, args.layout, args.top, shapes)
         if not planned and not earlier:
             shipped = "" if source_gpu_key(env.gpu_key) != env.gpu_key else \
@@ -75,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"measuring {configs} configs of {len(planned)} shapes ({args.dtype}, {args.layout}) again with cuBLAS, "
               f"{args.rounds} rounds, on {env.gpu_name} ({env.arch}), device {args.device}; {earlier} shapes "
               "measured again before", file=sys.stderr)
-        result = Retime(planned, gpu, store, worker, pool, args.rounds, earlier, SearchSettings(jobs=args.jobs),
+        result = Retime(planned, gpu, store, job.worker, job.pool, args.rounds, earlier, SearchSettings(jobs=args.jobs),
                         args.timeout, on_progress=_progress).run()
         print(f"{result.shapes} shapes measured again ({result.configs} configs compiled, {result.failed} failed), "
               f"{result.earlier} before"
