@@ -1,4 +1,5 @@
-"""The rendered CUDA of the few-row families (sgemm_gemv, hgemm_gemv) run on the CPU.
+"""The rendered CUDA of the few-row families (sgemm_gemv, hgemm_gemv) run on the CPU, and their NVRTC
+builds checked (:func:`compile_and_check`).
 
 A kernel's source is compiled by the host's C++ compiler with a small emulation of what it uses
 (``EMULATION``): every thread of a block is a thread of its own, ``__syncthreads`` a barrier, warp shuffles
@@ -21,6 +22,12 @@ from pathlib import Path
 
 import numpy
 import pytest
+
+from autotune.gpu_specs import GpuSpec, gpu_spec
+from autotune.kernel.compile import CompileFailure
+from autotune.kernel.render import render
+from autotune.kernel.resources import resource_violation
+from autotune.records import Resources
 
 EMULATION = r"""
 // Host emulation of the CUDA the few-row templates use (tests/gemv_emulation.py).
@@ -304,3 +311,21 @@ def run(binary: Path, index: int, element: str, a, b, c, alpha: float, beta: flo
     result = subprocess.run(argv, check=False, cwd=folder, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{what} {(m, n, k)}: exit {result.returncode}: {result.stderr.strip()}"
     return numpy.fromfile(folder / "out.bin", storage).reshape(m, n)
+
+
+def compile_and_check(space, configs, pool, gpu: GpuSpec = gpu_spec("h200")) -> dict:
+    """Compile ``configs`` for ``gpu``: each without spills or stack, within the registers its block leaves, its
+    shared memory the space file's SMEM_BYTES. Their registers by config, printed (pytest -s)."""
+    compiled = pool.map([render(space, config, gpu) for config in configs], gpu.sm)
+    registers = {}
+    for config, kernel in zip(configs, compiled):
+        assert not isinstance(kernel, CompileFailure), f"{config.name}: {kernel.message}"
+        res, values = kernel.resources, space.values(config, gpu)
+        assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, res)
+        assert res.smem_static == values["SMEM_BYTES"], config.name
+        assert resource_violation(Resources(**{**res.__dict__, "smem_dynamic": 0}), values["THREADS"], gpu,
+                                  opt_in=False) is None, (config.name, res.registers)
+        print(f"{gpu.sm} {config.name}: {res.registers} registers (~{values['REG_EST']} estimated) x "
+              f"{values['THREADS']} threads, {res.smem_static} B smem")
+        registers[config] = res.registers
+    return registers

@@ -13,14 +13,13 @@ import random
 
 import numpy
 import pytest
-from gemv_emulation import build, needs_compiler, run
+from gemv_emulation import build, compile_and_check, needs_compiler, run
 
 from autotune.gpu_specs import gpu_spec
 from autotune.kernel.compile import CompileFailure
 from autotune.kernel.render import render
 from autotune.kernel.resources import resource_violation
 from autotune.problem import GemmProblem
-from autotune.records import Resources
 from autotune.space.family import load_space
 from autotune.space.survey import feasible_configs
 
@@ -97,28 +96,11 @@ def test_rows_past_max_m_go_to_more_blocks_along_y():
 # -- NVRTC: registers, spills, shared memory ---------------------------------------------------------------------
 
 
-def compile_and_check(space, configs, pool, arch="sm_90"):
-    """Compile ``configs`` for H200; each without spills or stack, within the block's registers, its shared memory
-    the space file's SMEM_BYTES. Their (config, registers), printed (pytest -s)."""
-    sources = [render(space, config, H200) for config in configs]
-    registers = []
-    for config, compiled in zip(configs, pool.map(sources, arch)):
-        assert not isinstance(compiled, CompileFailure), f"{config.name}: {compiled.message}"
-        res, values = compiled.resources, space.values(config, H200)
-        assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, res)
-        assert res.smem_static == values["SMEM_BYTES"], config.name
-        assert resource_violation(Resources(**{**res.__dict__, "smem_dynamic": 0}), values["THREADS"], H200,
-                                  opt_in=False) is None, (config.name, res.registers)
-        print(f"{config.name}: {res.registers} registers x {values['THREADS']} threads, {res.smem_static} B smem")
-        registers.append((config, res.registers))
-    return registers
-
-
 def test_seeds_and_staged_configs_compile_for_sm90_without_spills(pool):
     space = load_space("sgemm_gemv")
     configs = list(dict.fromkeys([*space.seeds, *staged_configs(space)]))
     assert all(space.check(config, H200).feasible for config in configs)
-    registers = dict(compile_and_check(space, configs, pool))
+    registers = compile_and_check(space, configs, pool)
     # The 8-row staged seeds leave room for two 256-thread blocks per SM (65536 registers).
     eight = next(seed for seed in space.seeds if seed["MAX_M"] == 8 and seed["A_ROWS"])
     assert registers[eight] * eight["COL_THREADS"] * eight["K_GROUPS"] * 2 <= H200.regs_per_sm

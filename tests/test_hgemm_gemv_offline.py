@@ -9,16 +9,13 @@ import random
 
 import numpy
 import pytest
-from gemv_emulation import build, needs_compiler, run
+from gemv_emulation import build, compile_and_check, needs_compiler, run
 
 from autotune.gpu.storage import narrow, widen
 from autotune.gpu_specs import gpu_spec
-from autotune.kernel.compile import CompileFailure
 from autotune.kernel.contract import contract_for
 from autotune.kernel.render import render
-from autotune.kernel.resources import resource_violation
 from autotune.problem import ELEMENTS, GemmProblem
-from autotune.records import Resources
 from autotune.search.start import choose_family
 from autotune.space.family import families_for_dtype, load_space
 from autotune.space.survey import feasible_configs
@@ -123,24 +120,6 @@ def test_the_rows_rule_is_what_a_table_serves_and_the_launch():
 
 
 # -- NVRTC: registers, spills, shared memory ---------------------------------------------------------------------
-
-
-def compile_and_check(space, configs, pool, gpu=H200):
-    """Compile ``configs`` for ``gpu``: each without spills or stack, within the registers its block leaves, its
-    shared memory the space file's SMEM_BYTES. Their registers, printed (pytest -s)."""
-    compiled = pool.map([render(space, config, gpu) for config in configs], gpu.sm)
-    registers = {}
-    for config, kernel in zip(configs, compiled):
-        assert not isinstance(kernel, CompileFailure), f"{config.name}: {kernel.message}"
-        res, values = kernel.resources, space.values(config, gpu)
-        assert res.spill_stores == res.spill_loads == res.stack_frame == 0, (config.name, res)
-        assert res.smem_static == values["SMEM_BYTES"], config.name
-        assert resource_violation(Resources(**{**res.__dict__, "smem_dynamic": 0}), values["THREADS"], gpu,
-                                  opt_in=False) is None, (config.name, res.registers)
-        print(f"{gpu.sm} {config.name}: {res.registers} registers (~{values['REG_EST']} estimated) x "
-              f"{values['THREADS']} threads, {res.smem_static} B smem")
-        registers[config] = res.registers
-    return registers
 
 
 def test_seeds_compile_for_sm90_in_both_dtypes_without_spills(pool):
