@@ -419,6 +419,7 @@ def test_the_library_renders_the_python_pick_with_cublas_and_falls_back_to_the_k
         assert off[dtype] == missing[dtype] == [p.kernel for p in picks], dtype
         outside = [p for p, s in zip(picks, shapes) if dtype_table.outside(*s)]
         assert outside and all(p.cublas and p.far for p in outside), dtype  # beyond 2x of every tuned shape
+        assert any(p.cut and not (p.far or p.unserved) for p in picks), dtype  # N or K cuts tiles whole at the rule
         ruled = {rule.shape for rule in dtype_table.rules}
         kinds = {(p.cublas, p.rule.shape == shape) for p, shape in zip(picks, shapes)}
         assert kinds == {(True, True), (True, False), (False, True), (False, False)}, dtype  # on and off the rules

@@ -53,11 +53,11 @@ def runtime():
 
 def test_nearest_tuned_shape_picks_the_kernel_and_its_grid(runtime):
     rt, device = runtime
-    a, b = matrices(100, 120, 70)
+    a, b = matrices(100, 96, 70)
     out = rt.gemm(a, b)
     assert numpy.allclose(out, a @ b, rtol=1e-5, atol=1e-4)
-    assert device.calls == [("kernel", "small", (4, 4, 1))]  # cdiv(120, 32), cdiv(100, 32)
-    a, b = matrices(2100, 3000, 2500)
+    assert device.calls == [("kernel", "small", (3, 4, 1))]  # cdiv(96, 32), cdiv(100, 32)
+    a, b = matrices(2100, 3072, 2500)
     rt.gemm(a, b)
     assert device.calls[-1] == ("kernel", "large", (24, 17, 1))
     decision = rt.explain(a, b)
@@ -85,13 +85,29 @@ def test_a_kernel_built_for_whole_tiles_runs_its_build_for_any_shape_elsewhere(t
     a, b = matrices(2048, 4096, 64)  # whole tiles
     assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
     assert device.calls[-1] == ("kernel", "whole", (16, 16, 1))
-    for m, n, k in ((2100, 4096, 64), (2048, 4000, 64), (2048, 4096, 66)):
+    for m, n, k in ((2100, 4096, 64), (2048, 4096, 66)):  # rows cut; K, which the kernel runs element by element
         a, b = matrices(m, n, k)
         assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
         assert device.calls[-1][:2] == ("kernel", "any"), (m, n, k)
         decision = rt.explain(a, b)
         assert decision.kernel.name == "any" and "whole is built for whole tiles" in str(decision)
         assert "2.7 ms there" in str(decision)  # the time measured for the build it stands for
+
+
+def test_a_shape_cutting_the_kernels_tiles_along_n_or_k_runs_cublas(runtime):
+    """A time measured on whole tiles is not carried to cut ones along N or K; rows cut anywhere keep the kernel.
+    The small kernel's 32-column tiles are whole at 64^3 and cut at 100 columns; large's k-tiles are K itself."""
+    rt, device = runtime
+    for shape in ((64, 100, 64), (3000, 4000, 4096)):
+        a, b = matrices(*shape)
+        assert numpy.allclose(rt.gemm(a, b), a @ b, rtol=1e-4, atol=1e-3)
+        assert device.calls[-1] == ("cublas",), shape
+        decision = rt.explain(a, b)
+        assert decision.kernel is None and "cuts the tiles of the tuned kernel" in str(decision), decision
+        assert "along N or K, whole at the nearest tuned shape" in str(decision)
+    a, b = matrices(3000, 4096, 4000)  # rows cut, K run element by element: the kernel
+    rt.gemm(a, b)
+    assert device.calls[-1] == ("kernel", "large", (32, 24, 1))
 
 
 def test_a_table_kernel_for_some_shapes_must_name_a_build_for_any_shape(tmp_path):

@@ -246,7 +246,7 @@ def test_a_kernel_built_for_whole_tiles_is_picked_as_its_build_for_any_shape_whe
     build of a kernel tuned at a shape of whole ones, whose measurement there counts."""
     store = ResultStore(f"sqlite:///{tmp_path}/r.db")
     space = load_space("sgemm")
-    tuned, partial = _square(4096), GemmProblem(4000, 4000, 4000)
+    tuned, partial = _square(4096), GemmProblem(4000, 4096, 4096)  # rows cut (N or K cut: cuBLAS)
     whole = space.for_problem(_config(128), H200, tuned)
     assert whole["WHOLE_TILES"] == 1
     _add(store, tuned, whole, 2.7)
@@ -323,8 +323,14 @@ def test_retime_measures_each_shape_s_fastest_configs_in_rounds_and_the_table_th
         counts = dict(session.execute(select(Stored.implementation, func.count()).where(Stored.study == "retime")
                                       .group_by(Stored.implementation)).all())
     assert counts == {"candidate": 2 * 3, "cublas": 3}
-    again = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--backend", "fake", "--db", db, "--jobs", "1")
+    again = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--top", "2", "--backend", "fake", "--db", db,
+                     "--jobs", "1")
     assert again.returncode == 0 and "0 shapes measured again" in again.stdout and "1 before" in again.stdout
+    third = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--top", "3", "--rounds", "2", "--backend", "fake",
+                     "--db", db, "--jobs", "1")  # only the config not measured again before, with cuBLAS
+    assert third.returncode == 0 and "1 shapes measured again (1 configs compiled" in third.stdout, third.stdout
+    best = [row.config_name for row in store.best("h200-fake", problem, limit=3)]
+    assert sorted(row.config_name for row in store.retimed("h200-fake", problem)) == sorted(best)
     for bad, value in (("--rounds", "0"), ("--top", "0"), ("--dtype", "f8"), ("--layout", "tn")):
         args = {"--dtype": "f32", "--rounds": "2", "--top": "1", "--layout": "row", bad: value}
         result = autotune("retime", "--gpu", "h200", "--backend", "fake", "--db", db,
@@ -347,3 +353,27 @@ def test_the_fastest_configs_to_measure_again_are_distinct_and_built_where_they_
     chosen = fastest_configs(store, "h200", shape, shape, H200, {"sgemm"}, 2)
     assert [config.name for _, config in chosen] == [_config(64).name, _config(128).name]
     assert fastest_configs(store, "h200", shape, shape, H200, {"hgemm_wgmma"}, 2) == []  # no family of those
+
+
+def test_the_configs_to_measure_again_keep_one_that_runs_twice_the_rows(tmp_path):
+    """Where the fastest configs are all builds for few rows, the fastest that runs twice the shape's rows joins
+    them: the table carries the shape's times that far, and would otherwise leave those rows no kernel."""
+    from autotune.search.planned import fastest_configs
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shape = GemmProblem(4, 14336, 4096)
+    gemv = load_space("sgemm_gemv")
+    few = [gemv.config({"MAX_M": 4, "COL_THREADS": 32, "VEC": 4, "K_GROUPS": 8, "UNROLL": 4, "A_ROWS": 512,
+                        "SPLIT_K": split, "STREAM_B": 1}) for split in (8, 4, 2)]
+    for i, config in enumerate(few):
+        assert gemv.check(config, H200, shape).feasible
+        store.add_measurement(ENV, shape, config, gemv.template_hash, _m(shape, 0.05 + 0.001 * i), "s")
+    general = load_space("sgemm").for_problem(_config(64), H200, shape)
+    store.add_measurement(ENV, shape, general, load_space("sgemm").template_hash, _m(shape, 0.09), "s")
+    chosen = [config for _, config in fastest_configs(store, "h200", shape, shape, H200, {"sgemm", "sgemm_gemv"}, 2)]
+    assert chosen == [*few[:2], general]
+    two = GemmProblem(2, 14336, 4096)  # the 4-row builds run twice its rows: nothing joins them
+    for i, config in enumerate([*few, general]):
+        store.add_measurement(ENV, two, config, "h", _m(two, 0.05 + 0.01 * i), "s")
+    chosen = [config for _, config in fastest_configs(store, "h200", two, two, H200, {"sgemm", "sgemm_gemv"}, 2)]
+    assert chosen == few[:2]

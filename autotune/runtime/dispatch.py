@@ -181,6 +181,10 @@ def _cublas_reason(table: DtypeTable, pick: TablePick, shape: tuple[int, int, in
         m, n, k = shape
         return (f"the nearest tuned shape {rule.m}x{rule.n}x{rule.k} is more than {CARRIED_FACTOR}x from {m}x{n}x{k} "
                 f"on some axis: a tuned kernel's time is not carried that far")
+    if pick.cut:
+        m, n, k = shape
+        return (f"{m}x{n}x{k} cuts the tiles of the tuned kernel {short} along N or K, whole at the nearest tuned "
+                f"shape {rule.m}x{rule.n}x{rule.k}: its time there is not carried to cut tiles")
     ms = dict(rule.times)[pick.measured]
     measured = f"{ms:.4g} ms against cuBLAS's {rule.cublas_ms:.4g} ms on {rule.measured_on}"
     if rule.shape == shape:

@@ -58,7 +58,9 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
                   "(m * k + k * n + m * n)) (cuBLAS has no launch contract: it chooses its own kernel per shape, so "
                   "its time is carried by a roofline at the throughput measured there); "
                   "cuBLAS where none runs it, or where the shape is more than twice or less than half the nearest "
-                  "tuned shape on any axis (a kernel's time is not carried that far); "
+                  "tuned shape on any axis (a kernel's time is not carried that far), or where the chosen kernel's "
+                  "tiles are whole along N or K at the tuned shape and cut at this one, whole meaning one more "
+                  "column (or element of K) would take more work(1, n, 1) (or work(1, 1, k)) on one SM; "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
 CARRIED_FACTOR = 2  # a tuned kernel's time is carried from the nearest tuned shape no farther than this, per axis
 
@@ -68,6 +70,21 @@ def farther_than_carried(there: tuple[int, int, int], here: tuple[int, int, int]
     axis (in integers, as the C library compares them). On the H200, every kernel carried 4x or 8x along an axis
     ran 7-35% slower than its carried time predicted (bench/NOTES.md, "How far a tuned kernel's time carries")."""
     return any(a > CARRIED_FACTOR * b or b > CARRIED_FACTOR * a for a, b in zip(here, there))
+
+
+def cuts_whole_tiles(launch: LaunchContract, there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
+    """Whether ``here`` cuts the kernel's tiles along N or K where ``there`` (its tuned shape) has them whole. A
+    time measured on whole tiles is not carried to cut ones: on the H200 every kernel run at shapes cutting N or K
+    ran at 0.27-0.84x cuBLAS, however fast at its tuned shape (bench/NOTES.md, "Cut tiles"). M is not checked:
+    token counts cut it anywhere, and kernels there ran within 0.91-1.04 of their carried times."""
+    return any(_whole(launch, axis, there[axis]) and not _whole(launch, axis, here[axis]) for axis in (1, 2))
+
+
+def _whole(launch: LaunchContract, axis: int, size: int) -> bool:
+    """Whether ``size`` along ``axis`` (the other sizes 1) ends a whole tile: one more would take one SM more work."""
+    probe, more = [1, 1, 1], [1, 1, 1]
+    probe[axis], more[axis] = size, size + 1
+    return launch.work(*more, 1) > launch.work(*probe, 1)
 
 
 class TableError(AutotuneError):
@@ -219,6 +236,8 @@ class TablePick:
     # The shape is more than CARRIED_FACTOR times (or less than 1 / CARRIED_FACTOR of) the rule's on some axis:
     # cuBLAS, since the kernel's time carried that far says little (``kernel`` is still the one predicted fastest).
     far: bool = False
+    # The kernel's tiles are whole along N or K at the rule and cut here (:func:`cuts_whole_tiles`): cuBLAS.
+    cut: bool = False
 
     def __post_init__(self):
         if not self.measured:
@@ -227,8 +246,9 @@ class TablePick:
     @property
     def cublas(self) -> bool:
         """Whether the shape goes to cuBLAS: no kernel of the rule runs it, the rule is too far from it
-        (:data:`CARRIED_FACTOR`), or the kernel's predicted time is more than cuBLAS's."""
-        return self.unserved or self.far or (self.cublas_ms is not None and self.kernel_ms is not None
+        (:data:`CARRIED_FACTOR`), the shape cuts the kernel's tiles where the rule's are whole
+        (:func:`cuts_whole_tiles`), or the kernel's predicted time is more than cuBLAS's."""
+        return self.unserved or self.far or self.cut or (self.cublas_ms is not None and self.kernel_ms is not None
                                              and self.kernel_ms > self.cublas_ms)
 
     @property
@@ -330,7 +350,8 @@ class DtypeTable:
         if not runnable:
             return TablePick(rule, rule.kernel, rule.kernel, None, cublas_ms, unserved=True)
         name, kernel_ms = fastest(runnable, work, rule.shape, (m, n, k))
-        return TablePick(rule, name, name, kernel_ms, cublas_ms, far=farther_than_carried(rule.shape, (m, n, k)))
+        return TablePick(rule, name, name, kernel_ms, cublas_ms, far=farther_than_carried(rule.shape, (m, n, k)),
+                         cut=cuts_whole_tiles(contracts[name], rule.shape, (m, n, k)))
 
 
 def _check_bounded(kernel: TableKernel, domain: dict[str, tuple[int, int]], sms: int) -> None:

@@ -55,6 +55,15 @@ static int64_t work(const autotune_kernel* kernel, int sms, int64_t m, int64_t n
     return (blocks + sms - 1) / sms * kernel->k_tiles(m, n, k);
 }
 
+/* Whether size along axis (1 n, 2 k; the other sizes 1) ends a whole tile of the kernel: one more would take
+   one SM more work (autotune.select.kernel_table._whole). */
+static int whole(const autotune_kernel* kernel, int axis, int64_t size) {
+    int64_t probe[3] = {1, 1, 1}, more[3] = {1, 1, 1};
+    probe[axis] = size;
+    more[axis] = size + 1;
+    return work(kernel, 1, more[0], more[1], more[2]) > work(kernel, 1, probe[0], probe[1], probe[2]);
+}
+
 /* m * n * k as a double, multiplied left to right: autotune.select.scaling.volume. */
 static double volume(int m, int n, int k) { return (double)m * (double)n * (double)k; }
 
@@ -94,6 +103,11 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
     const long long here[3] = {m, n, k}, there[3] = {rule->m, rule->n, rule->k};
     for (int axis = 0; axis < 3; ++axis)
         if (here[axis] > CARRIED_FACTOR * there[axis] || there[axis] > CARRIED_FACTOR * here[axis])
+            *cublas = 1;
+    /* autotune.select.kernel_table.cuts_whole_tiles: the kernel's tiles whole along N or K at the rule and cut
+       here: cuBLAS, as a time measured on whole tiles is not carried to cut ones */
+    for (int axis = 1; axis < 3; ++axis)
+        if (whole(&autotune_gemm_kernels[best], axis, there[axis]) && !whole(&autotune_gemm_kernels[best], axis, here[axis]))
             *cublas = 1;
     /* autotune.select.scaling.cublas_ms_at: cuBLAS's ms * cost here / cost there, left to right */
     if (!*cublas && rule->cublas_ms > 0.0)

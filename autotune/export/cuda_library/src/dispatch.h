@@ -13,7 +13,9 @@
    SM's k-tiles, cdiv(blocks, sms) * k-tiles per block; and cuBLAS where that least time is more than
    cuBLAS's time there times cost(m x n x k) / cost(there), cost = max(2 * m * n * k, ridge * (m * k + k * n +
    m * n)) (autotune.select.scaling.cublas_ms_at; ridge 0: m * n * k alone), or where m x n x k is more than
-   twice, or less than half, that tuned shape on any axis (a kernel's time is not carried that far). The
+   twice, or less than half, that tuned shape on any axis (a kernel's time is not carried that far), or where
+   m x n x k cuts that kernel's tiles along N or K and the tuned shape has them whole (a time measured on whole
+   tiles is not carried to cut ones). The
    kernel returned is the one to run where cuBLAS cannot be; -1 with *cublas 1 where no kernel of the rule runs
    m x n x k (only cuBLAS can). */
 int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, int* cublas);
