@@ -11,8 +11,8 @@ sends the shape to a kernel that is slower than cuBLAS there. :class:`Retime` me
 path every search uses (:mod:`autotune.search.evaluate`); in each round the order is rotated, so
 that no kernel always runs first. The rounds are stored under the study label
 :data:`~autotune.results.RETIMED`, and a table judges a shape measured again by those kernels'
-median times alone, against cuBLAS's median there (:meth:`ResultStore.retimed`). A run again skips
-the shapes measured again before.
+median times alone, against cuBLAS's median there (:meth:`ResultStore.retimed`). A run again measures
+only the configs not measured again before (with cuBLAS), and skips a shape where there are none.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ class RetimeResult:
 def plan(store: ResultStore, gpu: GpuSpec, gpu_key: str, dtype: str, layout: str, top: int,
          shapes: Sequence[tuple[int, int, int]] | None = None) -> tuple[list[Planned], int]:
     """For each problem of ``dtype`` and ``layout`` with candidate results on ``gpu_key`` (only those of
-    ``shapes``, when given) that was not measured again before, the smallest first (a run stopped at its time
-    limit has covered the most shapes, and the short kernels, whose times vary most): its ``top`` fastest
-    distinct configs of a shipped family that the static rules still admit on ``gpu``; and how many problems
-    were measured again before.
+    ``shapes``, when given), the smallest first (a run stopped at its time limit has covered the most shapes, and
+    the short kernels, whose times vary most): of its ``top`` fastest distinct configs of a shipped family that
+    the static rules still admit on ``gpu`` (:func:`fastest_configs`), those not measured again before; and how
+    many problems had every one of them measured again before (and are left out).
 
     Raises:
         InputError: ``top`` is below 1.
@@ -73,12 +73,13 @@ def plan(store: ResultStore, gpu: GpuSpec, gpu_key: str, dtype: str, layout: str
     for problem in sorted(store.problems(gpu_key, dtype, layout), key=lambda p: (p.m * p.n * p.k, p.shape)):
         if wanted is not None and (problem.m, problem.n, problem.k) not in wanted:
             continue
-        if store.retimed(gpu_key, problem):
-            earlier += 1
-            continue
+        measured = {row.config_name for row in store.retimed(gpu_key, problem)}
         configs = fastest_configs(store, gpu_key, problem, problem, gpu, families, top)
-        if configs:
-            planned.append(Planned(problem, tuple(configs)))
+        missing = tuple((space, config) for space, config in configs if config.name not in measured)
+        if measured and not missing:
+            earlier += 1
+        elif missing:
+            planned.append(Planned(problem, missing))
     return planned, earlier
 
 
