@@ -115,3 +115,13 @@ def nearest(items, shape: tuple[int, int, int], shape_of):
         return round(distance, 9), -tuned[0] * tuned[1] * tuned[2]
 
     return min(items, key=key)
+
+
+CARRIED_FACTOR = 2  # a tuned kernel's time is carried from the nearest tuned shape no farther than this, per axis
+
+
+def farther_than_carried(there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
+    """Whether ``here`` is more than CARRIED_FACTOR times ``there``, or less than 1 / CARRIED_FACTOR of it, on some
+    axis (in integers, as the C library compares them). On the H200, every kernel carried 4x or 8x along an axis
+    ran 7-35% slower than its carried time predicted (bench/NOTES.md, "How far a tuned kernel's time carries")."""
+    return any(a > CARRIED_FACTOR * b or b > CARRIED_FACTOR * a for a, b in zip(here, there))

@@ -2,9 +2,10 @@
 
 ``autotune cross-dtype`` (fp16's best timed in bf16) and ``autotune retime`` (each shape's best timed again)
 both start from a shape's recorded results, fastest first, and keep the first ``top`` distinct configs of a
-shipped family that the static rules admit where they are to run, and, where none of those runs twice the
-shape's rows (each a build for few rows), the fastest that does: a table carries a shape's times to twice its
-rows, and a shape judged by few-row builds alone would leave those rows no kernel. A config recorded under
+shipped family that the static rules admit where they are to run, and, where none of those runs
+:data:`~autotune.shapes.CARRIED_FACTOR` times the shape's rows (each a build for few rows), the fastest that
+does: a table carries a shape's times that far, and a shape judged by few-row builds alone would leave those
+rows no kernel. A config recorded under
 several template versions is several rows of the results, and one config here.
 """
 
@@ -18,6 +19,7 @@ from autotune.gpu_specs import GpuSpec
 from autotune.kernel.contract import contract_for
 from autotune.problem import GemmProblem
 from autotune.results import ResultStore
+from autotune.shapes import CARRIED_FACTOR
 from autotune.space.family import Config, SearchSpace, load_space
 
 
@@ -33,10 +35,10 @@ def fastest_configs(store: ResultStore, gpu_key: str, recorded: GemmProblem, pro
                     families: Container[str], top: int) -> list[tuple[SearchSpace, Config]]:
     """The ``top`` fastest distinct configs recorded at ``recorded`` on ``gpu_key`` whose family is one of
     ``families``, each built for ``problem`` (its dtype and layout; :meth:`SearchSpace.build_for`) where the static
-    rules admit it on ``gpu``, fastest first; then, where none of them runs twice ``problem``'s rows, the fastest
-    config that does. A config whose knob values its family no longer has is passed over."""
+    rules admit it on ``gpu``, fastest first; then, where none of them runs CARRIED_FACTOR times ``problem``'s rows,
+    the fastest config that does. A config whose knob values its family no longer has is passed over."""
     configs: list[tuple[SearchSpace, Config]] = []
-    more_rows = (2 * problem.m, problem.n, problem.k)
+    more_rows = (CARRIED_FACTOR * problem.m, problem.n, problem.k)
     served = False  # whether a config kept runs more_rows
     for row in store.best(gpu_key, recorded, limit=1_000_000):
         if len(configs) >= top and served:

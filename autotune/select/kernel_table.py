@@ -42,7 +42,7 @@ from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES, LAYOUTS
 from autotune.records import Resources
 from autotune.select.scaling import cublas_ms_at, fastest
-from autotune.shapes import nearest
+from autotune.shapes import CARRIED_FACTOR, farther_than_carried, nearest
 
 SCHEMA_VERSION = 2
 READS_SCHEMA_VERSIONS = (1, 2)
@@ -62,16 +62,6 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
                   "tiles are whole along N or K at the tuned shape and cut at this one, whole meaning one more "
                   "column (or element of K) would take more work(1, n, 1) (or work(1, 1, k)) on one SM; "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
-CARRIED_FACTOR = 2  # a tuned kernel's time is carried from the nearest tuned shape no farther than this, per axis
-
-
-def farther_than_carried(there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
-    """Whether ``here`` is more than CARRIED_FACTOR times ``there``, or less than 1 / CARRIED_FACTOR of it, on some
-    axis (in integers, as the C library compares them). On the H200, every kernel carried 4x or 8x along an axis
-    ran 7-35% slower than its carried time predicted (bench/NOTES.md, "How far a tuned kernel's time carries")."""
-    return any(a > CARRIED_FACTOR * b or b > CARRIED_FACTOR * a for a, b in zip(here, there))
-
-
 def cuts_whole_tiles(launch: LaunchContract, there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
     """Whether ``here`` cuts the kernel's tiles along N or K where ``there`` (its tuned shape) has them whole. A
     time measured on whole tiles is not carried to cut ones: on the H200 every kernel run at shapes cutting N or K

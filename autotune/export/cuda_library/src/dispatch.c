@@ -23,7 +23,7 @@ static double nanos(double x) {
     return whole;
 }
 
-#define CARRIED_FACTOR 2LL /* autotune.select.kernel_table.CARRIED_FACTOR */
+#define CARRIED_FACTOR 2LL /* autotune.shapes.CARRIED_FACTOR */
 
 /* The rule's distance to m x n x k, summed left to right as Python's sum() does. */
 static double distance(const autotune_rule* rule, int m, int n, int k) {
@@ -98,7 +98,7 @@ int autotune_gemm_pick(const autotune_dtype_table* table, int m, int n, int k, i
         *cublas = 1;
         return -1;
     }
-    /* autotune.select.kernel_table.farther_than_carried: more than twice, or less than half, the rule's size on
+    /* autotune.shapes.farther_than_carried: more than twice, or less than half, the rule's size on
        some axis: cuBLAS, as a kernel's time is not carried that far */
     const long long here[3] = {m, n, k}, there[3] = {rule->m, rule->n, rule->k};
     for (int axis = 0; axis < 3; ++axis)
