@@ -77,3 +77,15 @@ def test_empty_input_and_a_bad_cap():
     assert choose({}).kernels == () and choose({"s": {}}).rules == {"s": None}
     with pytest.raises(InputError, match="--max-kernels"):
         choose({"s": {"a": 1.0}}, max_kernels=0)
+
+
+def test_a_shape_with_a_floor_is_never_uncovered_and_is_covered_only_where_that_gains_the_most():
+    """A floor is a shape's score with no config chosen (what another library scores there): one kernel slot
+    goes to the shape whose gain over its floor is largest, not to covering the floored shape first."""
+    times = {"s1": {"a": 1.0, "b": 2.0}, "s2": {"a": 1.0, "b": 4.0}, "rows": {"c": 1.0}}
+    low = choose(times, max_kernels=2, floors={"rows": 0.9})  # c gains 1/0.9 at rows; b gains nothing
+    assert low.kernels == ("a", "c")
+    high = choose({**times, "s3": {"b": 1.0, "a": 2.0}}, max_kernels=2, floors={"rows": 0.9})
+    assert high.kernels == ("a", "b") and high.rules["rows"] is None  # b gains 2x at s3: more than c's 1.11x
+    uncovered = choose({**times, "s3": {"b": 1.0, "a": 2.0}}, max_kernels=2)  # no floor: rows must be covered
+    assert "c" in uncovered.kernels

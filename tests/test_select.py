@@ -377,3 +377,27 @@ def test_the_configs_to_measure_again_keep_one_that_runs_twice_the_rows(tmp_path
         store.add_measurement(ENV, two, config, "h", _m(two, 0.05 + 0.01 * i), "s")
     chosen = [config for _, config in fastest_configs(store, "h200", two, two, H200, {"sgemm", "sgemm_gemv"}, 2)]
     assert chosen == few[:2]
+
+
+@pytest.mark.parametrize("cublas_ms", [0.1, 0.085])
+def test_a_table_keeps_a_kernel_for_the_rows_it_carries_a_few_row_shape_to(tmp_path, cublas_ms):
+    """A shape tuned with 4-row builds carries its times to 5-8 rows: the table keeps the fastest kernel measured
+    there that runs them where it beats cuBLAS there (and only then), so 5 rows run it rather than cuBLAS."""
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shape = GemmProblem(4, 14336, 4096)
+    gemv = load_space("sgemm_gemv")
+    few = [gemv.config({"MAX_M": 4, "COL_THREADS": 32, "VEC": 4, "K_GROUPS": 8, "UNROLL": 4, "A_ROWS": 512,
+                        "SPLIT_K": split, "STREAM_B": 1}) for split in (8, 4)]
+    for i, config in enumerate(few):
+        store.add_measurement(ENV, shape, config, gemv.template_hash, _m(shape, 0.05 + 0.001 * i), "s")
+    sgemm = load_space("sgemm")
+    general = sgemm.for_problem(_config(64), H200, shape)
+    store.add_measurement(ENV, shape, general, sgemm.template_hash, _m(shape, 0.09), "s")
+    _cublas(store, shape, cublas_ms)
+    table = build(store, H200, "h200", "f32").table
+    assert table.pick(4, 14336, 4096).kernel == few[0].name and not table.pick(4, 14336, 4096).cublas
+    five = table.pick(5, 14336, 4096)
+    if cublas_ms > 0.09:
+        assert not five.cublas and five.kernel == general.name
+    else:
+        assert five.cublas and five.unserved and general.name not in {k.name for k in table.kernels}

@@ -51,8 +51,11 @@ class Cover:
         return sum(1 for rule in self.rules.values() if rule == kernel)
 
 
-def choose(times: Mapping[Hashable, Mapping[str, float]], max_kernels: int = MAX_KERNELS) -> Cover:
-    """The greedy cover of ``times[shape][config]`` (milliseconds) with at most ``max_kernels`` configs."""
+def choose(times: Mapping[Hashable, Mapping[str, float]], max_kernels: int = MAX_KERNELS,
+           floors: Mapping[Hashable, float] | None = None) -> Cover:
+    """The greedy cover of ``times[shape][config]`` (milliseconds) with at most ``max_kernels`` configs.
+    ``floors[shape]`` (in (0, 1]) is a shape's score before any config is chosen: what it scores where none of
+    them runs (another library's time there, say); such a shape is never uncovered."""
     if not isinstance(max_kernels, int) or max_kernels < 1:
         raise InputError("--max-kernels", max_kernels, "an integer >= 1")
     shapes = sorted(times, key=repr)
@@ -70,7 +73,8 @@ def choose(times: Mapping[Hashable, Mapping[str, float]], max_kernels: int = MAX
         scores = np.nan_to_num(np.fmin.reduce(matrix, axis=1, keepdims=True) / matrix, nan=0.0)  # shape x config, 0: gap
 
     chosen: list[int] = []
-    current = np.zeros(len(shapes))  # each shape's score under the chosen configs
+    floors = floors or {}
+    current = np.array([min(1.0, max(0.0, floors.get(shape, 0.0))) for shape in shapes])  # each shape's score
     best_key = _key(current)
     while True:
         if len(chosen) < max_kernels:

@@ -35,6 +35,7 @@ from autotune.progress import ProgressCallback, no_progress
 from autotune.results import BestRow, ResultStore
 from autotune.select import cover
 from autotune.select.kernel_table import DtypeTable, KernelTable, TableError, TableKernel, TableRule, spec_for_arch
+from autotune.shapes import CARRIED_FACTOR
 from autotune.space.family import load_space
 
 MAX_KERNELS = cover.MAX_KERNELS
@@ -162,9 +163,11 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS, d
     """The table built by covering ``results``' shapes with kernels autotune can build for ``gpu``: the
     kernels chosen (in the order the cover chose them) and their builds for any shape, and a rule per
     shape where one of them was measured."""
-    usable = {name for name, config in results.configs.items() if _table_kernel(config, gpu) is not None}
+    usable = {name: kernel for name, config in results.configs.items()
+              if (kernel := _table_kernel(config, gpu)) is not None}
     times = {shape: {c: ms for c, ms in measured.ms.items() if c in usable} for shape, measured in results.shapes.items()}
-    chosen = cover.choose(times, max_kernels)
+    more_rows, floors = _more_rows(results, times, usable)
+    chosen = cover.choose({**times, **more_rows}, max_kernels, floors)
     rules = []
     for shape, measured in results.shapes.items():
         name = chosen.rules[shape]
@@ -177,6 +180,24 @@ def table_from(results: Results, gpu: GpuSpec, max_kernels: int = MAX_KERNELS, d
     kernels = {name: _table_kernel(results.configs[name], gpu) for name in chosen.kernels}
     ridge = gpu.flops_per_element(dtype) if dtype else 0.0  # cuBLAS's times carried by a roofline
     return DtypeTable(tuple(with_builds_for_any_shape(kernels, gpu).values()), tuple(rules), gpu.sms, ridge)
+
+
+def _more_rows(results: Results, times: dict[Shape, dict[str, float]], kernels: dict[str, TableKernel]
+               ) -> tuple[dict[tuple, dict[str, float]], dict[tuple, float]]:
+    """For each shape where some kernels measured are builds for few rows: the times of those that run
+    CARRIED_FACTOR times its rows, under the key ``("rows", shape)``, and that key's floor for the cover: its
+    best such time over cuBLAS's there (what cuBLAS scores, as the table sends rows that no kernel runs to it).
+    The cover weighs a kernel for those rows against the rest, so that a shape of 5 rows nearest one of 4 tuned
+    with 4-row builds may find one that runs it. Left out where cuBLAS was not measured or is faster."""
+    more, floors = {}, {}
+    for shape, measured in times.items():
+        m, n, k = shape
+        wider = {c: ms for c, ms in measured.items() if kernels[c].launch.serves_shape(CARRIED_FACTOR * m, n, k)}
+        cublas_ms = results.shapes[shape].cublas_ms
+        if wider and len(wider) < len(measured) and cublas_ms and min(wider.values()) < cublas_ms:
+            more[("rows", shape)] = wider
+            floors[("rows", shape)] = min(wider.values()) / cublas_ms
+    return more, floors
 
 
 def table_kernel(family: str, params: dict[str, int], gpu: GpuSpec, dtype: str | None = None,
