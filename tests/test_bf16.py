@@ -170,7 +170,7 @@ def test_the_runtime_sends_torch_bfloat16_to_a_bf16_kernel_only_where_the_table_
     def operand(rows, cols, pointer, element=torch.bfloat16):
         return Operand(None, (rows, cols), element, True, pointer, 0)
 
-    a, b, c = operand(1000, 1024, 0x10000), operand(1024, 1100, 0x800000), operand(1000, 1100, 0x1000000)
+    a, b, c = operand(1000, 1024, 0x10000), operand(1024, 1024, 0x800000), operand(1000, 1024, 0x1000000)
     assert a.dtype == "bf16" and operand(1, 1, 0, numpy.dtype("uint16")).dtype is None  # bits are not bf16
     decision = decide(TableChoice(table, "test"), a, b, c)
     assert decision.dtype == "bf16" and decision.kernel is bf16 and decision.kernel.launch.entry.endswith("_bf16")

@@ -84,9 +84,9 @@ def test_table_json_names_the_build_for_any_shape_of_a_kernel_built_for_whole_ti
     whole = space.for_problem(seed(BM=128, BN=128, BK=8), H200, square(4096))
     assert whole["WHOLE_TILES"] == 1
     add(store, square(4096), whole, 2.7)
-    add(store, square(4000), space.for_any_problem(whole), 2.6)
+    add(store, GemmProblem(4000, 4096, 4096), space.for_any_problem(whole), 2.6)  # rows cut: N or K cut is cuBLAS
     shapes = tmp_path / "held.txt"
-    shapes.write_text("4000x4000x4000\n")
+    shapes.write_text("4000x4096x4096\n")
     code, out, err = cli(capsys, "table", "--gpu", "h200", "--db", store.url, "--hold-out", str(shapes), "--json")
     assert code == 0, err
     [held] = json.loads(out)["held_out"]["shapes"]

@@ -132,15 +132,15 @@ def test_the_runtime_sends_a_transposed_b_to_the_nt_kernels():
     device = HostDevice()
     rt = Runtime(device, (_nt_table(), "test table"))
     rng = numpy.random.default_rng(3)
-    x, w = rng.standard_normal((70, 60), numpy.float32), rng.standard_normal((50, 60), numpy.float32)
+    x, w = rng.standard_normal((70, 60), numpy.float32), rng.standard_normal((64, 60), numpy.float32)
     out = rt.gemm(x, w.T)  # x @ W.T, W stored out x in
     assert numpy.allclose(out, x @ w.T, rtol=1e-5, atol=1e-4)
     assert device.calls[-1][:2] == ("kernel", "ntk")
     decision = rt.explain(x, w.T)
-    assert decision.layout == "nt" and "70x50x60 nt" in str(decision)
+    assert decision.layout == "nt" and "70x64x60 nt" in str(decision)
     rt.gemm(x, numpy.ascontiguousarray(w.T))
     assert device.calls[-1][:2] == ("kernel", "rowk")
-    strided = rng.standard_normal((50, 120), numpy.float32)[:, ::2]  # neither layout: cuBLAS, saying why
+    strided = rng.standard_normal((64, 120), numpy.float32)[:, ::2]  # neither layout: cuBLAS, saying why
     decision = rt.explain(x, strided.T)
     assert decision.uses_cublas and "b is not C-contiguous" in decision.reason
 
