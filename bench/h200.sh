@@ -16,7 +16,7 @@
 #   bench/h200.sh mismatch              `autotune search --gpu t4` must fail with one line
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
-#                                       bench/runtime_check.py with it: 22 shapes per dtype (f32, f16, bf16) and 12 of x @ W.T against cuBLAS
+#                                       bench/runtime_check.py with it: 25 shapes per dtype (f32, f16, bf16) and 15 of x @ W.T against cuBLAS
 #   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)

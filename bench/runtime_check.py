@@ -2,8 +2,8 @@
 
     python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
 
-For 22 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
-square, odd, tall, wide, long-K and LLM-style), and 12 shapes of ``x @ W.T`` (f16 and bf16, ``b`` the transpose
+For 25 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
+square, odd, tall, wide, long-K, LLM-style and token counts that cut rows), and 15 shapes of ``x @ W.T`` (f16 and bf16, ``b`` the transpose
 of a row-major N x K weight: the table's nt kernels) it runs ``autotune.gemm`` on fresh random operands, checks every element against
 cuBLAS in fp32 (NaN-poisoned output with beta 0, then beta 0.5 on a random C;
 the bound of autotune.gpu.measure), and times ``autotune.gemm`` and cuBLAS the way a
@@ -44,12 +44,13 @@ SHAPES = [
     (1, 4096, 4096), (16, 4096, 4096), (128, 14336, 4096), (127, 4096, 11008), (2, 11008, 4096),
     (4096, 4096, 11008), (8192, 8192, 1024), (4096, 14336, 4096), (2048, 512, 8192),
     (8192, 1024, 1024), (1024, 8192, 1024), (6, 4096, 4096), (5, 14336, 4096),  # rows past a few-row kernel's
+    (77, 4096, 4096), (1500, 4096, 4096), (3000, 14336, 4096),  # token counts that cut rows, N and K whole
 ]
 DTYPES = ("f32", "f16", "bf16")
 NT_SHAPES = [  # x @ W.T: nn.Linear's projections (M tokens, N out, K in) and odd sizes
     (1, 14336, 4096), (16, 14336, 4096), (32, 14336, 4096), (256, 14336, 4096), (1024, 4096, 4096),
     (1024, 4096, 14336), (4096, 4096, 14336), (8192, 11008, 4096), (16384, 4096, 4096), (2048, 4096, 11008),
-    (777, 1333, 555), (33, 65, 130),
+    (777, 1333, 555), (33, 65, 130), (77, 14336, 4096), (1500, 4096, 14336), (3000, 4096, 4096),
 ]
 NT_DTYPES = ("f16", "bf16")
 ROUNDS = 5  # rounds of interleaved timing per shape
