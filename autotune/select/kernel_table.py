@@ -65,8 +65,9 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
 def cuts_whole_tiles(launch: LaunchContract, there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
     """Whether ``here`` cuts the kernel's tiles along N or K where ``there`` (its tuned shape) has them whole. A
     time measured on whole tiles is not carried to cut ones: on the H200 every kernel run at shapes cutting N or K
-    ran at 0.27-0.84x cuBLAS, however fast at its tuned shape (bench/NOTES.md, "Cut tiles"). M is not checked:
-    token counts cut it anywhere, and kernels there ran within 0.91-1.04 of their carried times."""
+    ran at 0.27-0.84x cuBLAS, however fast at its tuned shape (bench/NOTES.md, "Cut tiles, shipped for N and K").
+    M is not checked: token counts cut it anywhere, and f16 and bf16 kernels there ran within 0.96-1.10 of their
+    carried times."""
     return any(_whole(launch, axis, there[axis]) and not _whole(launch, axis, here[axis]) for axis in (1, 2))
 
 
