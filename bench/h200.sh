@@ -17,6 +17,9 @@
 #   bench/h200.sh import FILE...        load tuned-results files (e.g. tuned_db/h200.jsonl) into the database
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
 #                                       bench/runtime_check.py with it: 25 shapes per dtype (f32, f16, bf16) and 15 of x @ W.T against cuBLAS
+#   bench/h200.sh warm-timing           the table's kernel against cuBLAS at a few MLP shapes and squares, L2 flushed
+#                                       (as searches time) and back to back (as a model runs), and a profile of the
+#                                       runtime's host time per call (bench/warm_timing.py)
 #   bench/h200.sh first-call            the runtime's first autotune.gemm in a fresh process (f32 and f16 at
 #                                       FIRST_CALL_SHAPE, default 4096; an empty disk cache, then a warm one)
 #                                       against the later calls (bench/first_call.py)
@@ -158,6 +161,9 @@ while [ $# -gt 0 ]; do
             python3 examples/llama_mlp/llama_mlp.py --dtype "$dtype" --tokens "${LLAMA_MLP_TOKENS:-1,16,128,1024,4096}" \
                 --json "$OUT/llama_mlp_$dtype.json" 2>&1 | tee "$OUT/llama_mlp_$dtype.log" || status=1
         done
+        ;;
+    warm-timing)
+        python3 bench/warm_timing.py --out "$OUT" 2>&1 | tee "$OUT/warm_timing.log" || status=1
         ;;
     first-call)
         python3 bench/first_call.py --out "$OUT" --shape "${FIRST_CALL_SHAPE:-4096}" 2>&1 | tee "$OUT/first_call.log" || status=1
