@@ -39,6 +39,27 @@ def test_time_launches_stops_a_kernel_at_the_first_stage_it_loses():
     assert len(contender.samples_ms) == 20
 
 
+def test_time_back_to_back_gives_one_sample_per_group_of_launches_per_launch():
+    """Each sample is a group of launches between one pair of events, divided by the launches: about one launch's
+    time (a 4096^2 product takes well over the events' resolution, so a per-group time would be 10x)."""
+    import cupy
+
+    from autotune.gpu import measure
+
+    a = cupy.ones((4096, 4096), dtype=cupy.float32)
+    out = cupy.empty_like(a)
+
+    def launch():
+        cupy.matmul(a, a, out=out)
+
+    flushed = measure.time_launches(launch, warmup=2, repeats=10)
+    warm = measure.time_back_to_back(launch, calls=10, warmup=2, repeats=7)
+    assert len(warm.samples_ms) == 7
+    assert warm.median_ms == pytest.approx(flushed.median_ms, rel=0.3)
+    with pytest.raises(ValueError):
+        measure.time_back_to_back(launch, calls=0)
+
+
 @pytest.mark.parametrize("mode, verified", [(0, True), (3, False)])  # 3 ignores beta: a wrong answer
 def test_a_racing_kernel_is_verified_before_it_is_timed(mode, verified):
     from autotune.gpu.race import RaceStage

@@ -320,9 +320,15 @@ def test_retime_measures_each_shape_s_fastest_configs_in_rounds_and_the_table_th
         from sqlalchemy import func, select
 
         from autotune.results.models import Measurement as Stored
-        counts = dict(session.execute(select(Stored.implementation, func.count()).where(Stored.study == "retime")
-                                      .group_by(Stored.implementation)).all())
-    assert counts == {"candidate": 2 * 3, "cublas": 3}
+        counts = {study: dict(session.execute(select(Stored.implementation, func.count()).where(Stored.study == study)
+                                              .group_by(Stored.implementation)).all())
+                  for study in ("retime", "retime-back-to-back")}
+    assert counts == {"retime": {"candidate": 2 * 3, "cublas": 3}, "retime-back-to-back": {"candidate": 2 * 3, "cublas": 3}}
+    flushed = {row.config_name: row.median_ms for row in store.best("h200-fake", problem, limit=2)}
+    for row in rows:  # the fake backend's kernels run 1.1x slower back to back, its cuBLAS not: the worse ratio
+        assert row.median_ms == pytest.approx(flushed[row.config_name] * 1.1)
+        assert row.ratio_to_cublas == pytest.approx(row.cublas_median_ms / row.median_ms)
+    assert store.cublas_reference("h200-fake", problem) == pytest.approx(rows[0].cublas_median_ms)
     again = autotune("retime", "--gpu", "h200", "--dtype", "f32", "--top", "2", "--backend", "fake", "--db", db,
                      "--jobs", "1")
     assert again.returncode == 0 and "0 shapes measured again" in again.stdout and "1 before" in again.stdout
@@ -401,3 +407,27 @@ def test_a_table_keeps_a_kernel_for_the_rows_it_carries_a_few_row_shape_to(tmp_p
         assert not five.cublas and five.kernel == general.name
     else:
         assert five.cublas and five.unserved and general.name not in {k.name for k in table.kernels}
+
+
+def test_a_retimed_kernel_is_judged_by_the_worse_of_its_flushed_and_back_to_back_ratios(tmp_path):
+    """Back to back a kernel may fall behind cuBLAS it beat flushed: its time is raised to that ratio. A better
+    ratio back to back changes nothing, and no other reading (best, the cuBLAS reference) sees those rounds."""
+    from autotune.results import RETIMED, RETIMED_BACK_TO_BACK
+
+    store = ResultStore(f"sqlite:///{tmp_path}/r.db")
+    shape = _square(4096)
+    hot, cool = _config(64), _config(128)
+    for study, hot_ms, cool_ms, cublas_ms in ((RETIMED, 1.0, 1.1, 1.2), (RETIMED_BACK_TO_BACK, 0.5, 0.4, 0.55)):
+        for _ in range(3):
+            store.add_measurement(ENV, shape, hot, "h", _m(shape, hot_ms), study)
+            store.add_measurement(ENV, shape, cool, "h", _m(shape, cool_ms), study)
+            store.add_measurement(ENV, shape, None, None, _m(shape, cublas_ms), study)
+    rows = {row.config_name: row for row in store.retimed("h200", shape)}
+    # hot: 1.2x cuBLAS flushed, 1.1x back to back -> its time 1.0 * 1.2 / 1.1; cool: 1.09x flushed, 1.375x back
+    # to back -> its flushed time as it is
+    assert rows[hot.name].median_ms == pytest.approx(1.0 * 1.2 / 1.1)
+    assert rows[hot.name].ratio_to_cublas == pytest.approx(1.1)
+    assert rows[cool.name].median_ms == pytest.approx(1.1)
+    assert {row.config_name: row.median_ms for row in store.best("h200", shape)} == {hot.name: 1.0, cool.name: 1.1}
+    assert store.cublas_reference("h200", shape) == pytest.approx(1.2)
+    assert store.retimed_back_to_back("h200", shape) == {hot.name, cool.name}

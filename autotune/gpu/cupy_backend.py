@@ -74,10 +74,11 @@ class CupyBackend:
             if not check.passed:
                 return Failure(FailureClass.WRONG_ANSWER.value, f"{check.describe()} ({_scalars(problem)})")
             worst = max(worst, check.max_error)
-        timing = self.measure.time_launches(
-            functools.partial(launch, task.problem, operands.out), warmup=task.warmup, repeats=task.repeats,
-            race=task.race,
-        )
+        timed = functools.partial(launch, task.problem, operands.out)
+        if task.back_to_back:
+            timing = self.measure.time_back_to_back(timed, task.back_to_back, task.warmup, task.repeats)
+        else:
+            timing = self.measure.time_launches(timed, warmup=task.warmup, repeats=task.repeats, race=task.race)
         return self._measurement(task.problem, timing, worst, task.resources)
 
     def _kernel_launch(self, task: KernelTask, problem: GemmProblem, seed: int):
@@ -111,8 +112,11 @@ class CupyBackend:
         check = self.measure.check(launch, problem, operands, ref, bound)
         if not check.passed:  # the bound is too tight if cuBLAS itself misses it
             return Failure(FailureClass.WRONG_ANSWER.value, f"cuBLAS: {check.describe()} ({_scalars(problem)})")
-        timing = self.measure.time_launches(self._cublas_gemm(problem, task.seed), warmup=task.warmup,
-                                            repeats=task.repeats)  # fmt: skip
+        timed = self._cublas_gemm(problem, task.seed)
+        if task.back_to_back:
+            timing = self.measure.time_back_to_back(timed, task.back_to_back, task.warmup, task.repeats)
+        else:
+            timing = self.measure.time_launches(timed, warmup=task.warmup, repeats=task.repeats)
         return self._measurement(problem, timing, check.max_error, None)
 
     def _cublas_gemm(self, problem: GemmProblem, seed: int):

@@ -324,6 +324,33 @@ def time_launches(
     return Timing.from_samples(samples)
 
 
+def time_back_to_back(launch: Callable[[], None], calls: int, warmup: int = 5, repeats: int = 20,
+                      budget_ms: float | None = 3000.0) -> Timing:
+    """Time ``launch()`` as a model runs its GEMMs: ``repeats`` samples, each ``calls`` launches back to back
+    between one pair of events with no L2 flush, per launch. The warm-up sets the count as
+    :func:`time_launches`'s does. Flushed timing leaves the GPU idle while the flush runs; back to back, a
+    kernel that draws more power runs at the clocks that power allows."""
+    if repeats < 1 or calls < 1:
+        raise ValueError(f"repeats and calls must be >= 1, got {repeats} and {calls}")
+    stream = cupy.cuda.get_current_stream()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    for _ in range(max(1, warmup)):
+        launch()
+    end.record(stream)
+    end.synchronize()
+    estimate_ms = cupy.cuda.get_elapsed_time(start, end) / max(1, warmup)
+    repeats = _within_budget(repeats, estimate_ms * calls, budget_ms)
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeats)]
+    for first, last in events:
+        first.record(stream)
+        for _ in range(calls):
+            launch()
+        last.record(stream)
+    stream.synchronize()
+    return Timing.from_samples([cupy.cuda.get_elapsed_time(first, last) / calls for first, last in events])
+
+
 def _within_budget(repeats: int, estimate_ms: float, budget_ms: float | None) -> int:
     """``repeats``, cut to what fits ``budget_ms`` at ``estimate_ms`` a launch (no fewer than MIN_REPEATS)."""
     if budget_ms is None or estimate_ms <= 0:

@@ -38,6 +38,7 @@ class KernelTask:
     resources: Resources | None = None
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     race: tuple[RaceStage, ...] = ()  # stages at which timing stops for a clearly slower kernel
+    back_to_back: int = 0  # launches per timed sample, back to back with no L2 flush (0: one flushed launch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,7 @@ class CublasTask:
     seed: int
     warmup: int
     repeats: int
+    back_to_back: int = 0  # as KernelTask's
 
 
 @dataclasses.dataclass(frozen=True)

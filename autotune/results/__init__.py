@@ -7,9 +7,9 @@ database gets the newest schema in one step (:mod:`autotune.results.schema`).
 """
 
 from autotune.results.entries import Added, EnergyEntry, Export, FailureEntry, KernelRef, MeasurementEntry
-from autotune.results.store import RETIMED, BestRow, EnergyRow, ResultStore, default_url
+from autotune.results.store import RETIMED, RETIMED_BACK_TO_BACK, BestRow, EnergyRow, ResultStore, default_url
 
 __all__ = [
     "Added", "BestRow", "EnergyEntry", "EnergyRow", "Export", "FailureEntry", "KernelRef", "MeasurementEntry",
-    "RETIMED", "ResultStore", "default_url",
+    "RETIMED", "RETIMED_BACK_TO_BACK", "ResultStore", "default_url",
 ]

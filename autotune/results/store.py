@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import Engine, Select, create_engine, func, select
+from sqlalchemy import Engine, Select, create_engine, func, or_, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,6 +54,10 @@ from autotune.space.family import Config
 
 MIGRATIONS = schema.MIGRATIONS
 RETIMED = "retime"  # the study label of measurements taken again, in rounds beside cuBLAS (`autotune retime`)
+# The study label of the same rounds timed back to back (no L2 flush, several launches between one pair of
+# events, as a model runs its GEMMs): they only judge the flushed rounds (:meth:`ResultStore.retimed`), and
+# no other reading sees them, since a small problem's operands stay in L2 between such launches.
+RETIMED_BACK_TO_BACK = "retime-back-to-back"
 WRITE_TIMEOUT_S = 120.0  # how long a write keeps retrying a busy database before it fails
 Result = TypeVar("Result")
 
@@ -455,7 +459,7 @@ class ResultStore:
         rank = func.row_number().over(
             partition_by=Measurement.kernel_id, order_by=[Measurement.median_ms, Measurement.id]
         )
-        ranked = _scope(select(Measurement.id, rank.label("rank")), gpu_key, problem, Measurement)
+        ranked = _flushed(_scope(select(Measurement.id, rank.label("rank")), gpu_key, problem, Measurement))
         ranked = ranked.where(Measurement.implementation == CANDIDATE).subquery()
         query = (
             select(Measurement, Kernel, Environment)
@@ -467,7 +471,7 @@ class ResultStore:
             .limit(limit)
         )
         references = select(Measurement.id, Measurement.environment_id, Measurement.median_ms)
-        references = _scope(references, gpu_key, problem, Measurement)
+        references = _flushed(_scope(references, gpu_key, problem, Measurement))
         references = references.where(Measurement.implementation == CUBLAS)
         with self._reading() as session:
             result = []
@@ -505,14 +509,47 @@ class ResultStore:
         A search's fastest kernel is the luckiest of many measured once (each kernel's best measurement
         is its time in :meth:`best`); its rounds measured again are not chosen by their luck.
 
+        Where the rounds were also timed back to back (:data:`RETIMED_BACK_TO_BACK`) and a kernel's ratio to
+        cuBLAS is lower there, its time is its flushed median times the factor that brings its flushed ratio
+        down to that one: the worse of the two ratios judges it, and never the better.
+
         Raises:
             DatabaseError: the query failed.
         """
+        rounds, kernels = self._rounds(gpu_key, problem, RETIMED)
+        warm, _ = self._rounds(gpu_key, problem, RETIMED_BACK_TO_BACK)
+        result = []
+        reference = statistics.median(rounds[None]) if None in rounds else None
+        warm_reference = statistics.median(warm[None]) if None in warm else None
+        for name, (kernel, environment, latest) in kernels.items():
+            median_ms = statistics.median(rounds[name])
+            if reference is not None and warm_reference is not None and name in warm:
+                flushed_ratio, warm_ratio = reference / median_ms, warm_reference / statistics.median(warm[name])
+                median_ms *= max(1.0, flushed_ratio / warm_ratio)
+            family, _, _ = rows.kernel_identity(kernel)
+            env = rows.environment_record(environment)
+            result.append(BestRow(
+                config_name=name, family=family, params=rows.kernel_params(kernel), median_ms=median_ms,
+                tflops=problem.tflops(median_ms), cublas_median_ms=reference,
+                ratio_to_cublas=reference / median_ms if reference is not None else None,
+                gpu_name=env.gpu_name, arch=env.arch, driver=env.driver,
+                measured_at=rows.utc(latest.created_at)))
+        return sorted(result, key=lambda row: (row.median_ms, row.config_name))
+
+    def retimed_back_to_back(self, gpu_key: str, problem: GemmProblem) -> set[str]:
+        """The kernels whose rounds at exactly this problem were also timed back to back
+        (:data:`RETIMED_BACK_TO_BACK`), by name; empty where none were."""
+        rounds, _ = self._rounds(gpu_key, problem, RETIMED_BACK_TO_BACK)
+        return {name for name in rounds if name is not None}
+
+    def _rounds(self, gpu_key: str, problem: GemmProblem, study: str) -> tuple[dict, dict]:
+        """Each kernel's (None: cuBLAS's) rounds' medians under ``study`` at exactly ``problem``, and each
+        kernel's row, environment and latest round."""
         query = _scope(select(Measurement, Kernel, Environment), gpu_key, problem, Measurement)
-        query = query.outerjoin(Kernel, Measurement.kernel_id == Kernel.id).where(Measurement.study == RETIMED)
+        query = query.outerjoin(Kernel, Measurement.kernel_id == Kernel.id).where(Measurement.study == study)
+        rounds: dict[str | None, list[float]] = {}  # kernel name (None: cuBLAS) -> its rounds' medians
+        kernels: dict[str, tuple[Kernel, Environment, Measurement]] = {}
         with self._reading() as session:
-            rounds: dict[str | None, list[float]] = {}  # kernel name (None: cuBLAS) -> its rounds' medians
-            kernels: dict[str, tuple[Kernel, Environment, Measurement]] = {}
             for measurement, kernel, environment in session.execute(query.order_by(Measurement.id)).all():
                 median_ms = rows.checked_time(Measurement.__tablename__, measurement.id, "median_ms",
                                               measurement.median_ms)
@@ -520,19 +557,7 @@ class ResultStore:
                 rounds.setdefault(name, []).append(median_ms)
                 if name is not None:
                     kernels[name] = (kernel, environment, measurement)  # the latest round's
-            result = []
-            reference = statistics.median(rounds[None]) if None in rounds else None
-            for name, (kernel, environment, latest) in kernels.items():
-                median_ms = statistics.median(rounds[name])
-                family, _, _ = rows.kernel_identity(kernel)
-                env = rows.environment_record(environment)
-                result.append(BestRow(
-                    config_name=name, family=family, params=rows.kernel_params(kernel), median_ms=median_ms,
-                    tflops=problem.tflops(median_ms), cublas_median_ms=reference,
-                    ratio_to_cublas=reference / median_ms if reference is not None else None,
-                    gpu_name=env.gpu_name, arch=env.arch, driver=env.driver,
-                    measured_at=rows.utc(latest.created_at)))
-        return sorted(result, key=lambda row: (row.median_ms, row.config_name))
+        return rounds, kernels
 
     def gpus(self) -> list[tuple[str, str, str]]:
         """``(gpu_key, gpu_name, arch)`` of every GPU with a candidate measurement, sorted."""
@@ -565,7 +590,7 @@ class ResultStore:
         Raises:
             DatabaseError: the query failed.
         """
-        query = _scope(select(Measurement.id, Measurement.median_ms), gpu_key, problem, Measurement)
+        query = _flushed(_scope(select(Measurement.id, Measurement.median_ms), gpu_key, problem, Measurement))
         query = query.where(Measurement.implementation == CUBLAS)
         query = query.order_by(Measurement.created_at.desc(), Measurement.id.desc()).limit(1)
         with self._reading() as session:
@@ -712,3 +737,8 @@ def _one_line(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).split("(Background on this error")[0]
     return " ".join(text.split()) or type(exc).__name__
+
+
+def _flushed(query: Select) -> Select:
+    """``query`` without the rounds timed back to back (:data:`RETIMED_BACK_TO_BACK`)."""
+    return query.where(or_(Measurement.study.is_(None), Measurement.study != RETIMED_BACK_TO_BACK))

@@ -42,6 +42,7 @@ class Measuring:
     warmup: int = 5
     repeats: int = 20
     energy_seconds: float = 1.0
+    back_to_back: int = 0  # launches per timed sample back to back, no L2 flush (0: each launch flushed, alone)
 
     @classmethod
     def of(cls, problem: GemmProblem, settings) -> Measuring:
@@ -54,14 +55,15 @@ class Measuring:
         grid = launch.grid if isinstance(launch, Launch) else launch.grid_for(problem.m, problem.n, problem.k)
         return KernelTask(cubin=built.cubin, entry=built.entry, grid=grid, block=launch.block,
                           dynamic_smem=launch.dynamic_smem, problem=problem, seed=self.seed, warmup=self.warmup,
-                          repeats=self.repeats, resources=built.resources, tensor_maps=launch.tensor_maps)
+                          repeats=self.repeats, resources=built.resources, tensor_maps=launch.tensor_maps,
+                          back_to_back=self.back_to_back)
 
     def cublas_task(self) -> CublasTask:
-        return CublasTask(self.problem, self.seed, self.warmup, self.repeats)
+        return CublasTask(self.problem, self.seed, self.warmup, self.repeats, self.back_to_back)
 
     def timeout_s(self, cublas_ms: float) -> float:
         """A candidate's timeout: generous for a kernel 50x slower than cuBLAS, short enough to catch a hang."""
-        launches = self.warmup + self.repeats + UNTIMED_LAUNCHES
+        launches = self.warmup + self.repeats * max(1, self.back_to_back) + UNTIMED_LAUNCHES
         return TIMEOUT_BASE_S + TIMEOUT_SLOWDOWN * launches * cublas_ms / 1e3
 
     def energy_task(self, kernel: KernelTask | None) -> EnergyTask:
