@@ -150,7 +150,7 @@ while [ $# -gt 0 ]; do
             python3 -m autotune retime --gpu h200 --dtype "$dtype" --layout "$layout" --top "${RETIME_TOP:-3}" \
                 --rounds "${RETIME_ROUNDS:-5}" ${RETIME_TIMEOUT:+--timeout "$RETIME_TIMEOUT"} --db "$DB" 2>&1 | tee -a "$OUT/retime.log" || status=1
         done
-        python3 -m autotune results export --gpu h200 --db "$DB" 2>> "$OUT/retime.log" | grep '"study": "retime"' > "$OUT/retime_results.jsonl"
+        python3 -m autotune results export --gpu h200 --db "$DB" 2>> "$OUT/retime.log" | grep -E '"study": "retime(-back-to-back)?"' > "$OUT/retime_results.jsonl"
         ;;
     tune-on-miss)
         python3 bench/tune_on_miss.py --out "$OUT" --shape "${TUNE_SHAPE:-3072x3072x3072}" --dtype "${TUNE_DTYPE:-f32}" \
