@@ -25,8 +25,8 @@ MAX_ROUNDS = 100
 
 def register(sub) -> None:
     retime = sub.add_parser(
-        "retime", help="measure each tuned shape's fastest configs again, in rounds beside cuBLAS: the table "
-                       "then picks by those times",
+        "retime", help="measure each tuned shape's fastest configs again, in rounds beside cuBLAS, flushed and "
+                       "back to back: the table then picks by those times, each config by its worse ratio",
         epilog="example: autotune retime --gpu h200 --dtype f16 --top 3 --rounds 5; then "
                "autotune table --gpu h200 --dtype f16",
     )
@@ -36,8 +36,8 @@ def register(sub) -> None:
     retime.add_argument("--top", action=Integer, least=1, most=MAX_ROWS, default=RETIME_TOP,
                         help=f"the fastest T distinct configs of each shape (default {RETIME_TOP})")
     retime.add_argument("--rounds", action=Integer, least=1, most=MAX_ROUNDS, default=RETIME_ROUNDS,
-                        help=f"times each config and cuBLAS are measured, the order rotated each round "
-                             f"(default {RETIME_ROUNDS})")
+                        help=f"times each config and cuBLAS are measured, flushed and back to back, the order "
+                             f"rotated each round (default {RETIME_ROUNDS})")
     add_shapes_filter_argument(retime, "every shape with results")
     add_resumable_run_arguments(retime)
     retime.set_defaults(run=run)
