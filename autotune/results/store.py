@@ -521,19 +521,16 @@ class ResultStore:
         result = []
         reference = statistics.median(rounds[None]) if None in rounds else None
         warm_reference = statistics.median(warm[None]) if None in warm else None
-        for name, (kernel, environment, latest) in kernels.items():
+        for name, (family, params, env, measured_at) in kernels.items():
             median_ms = statistics.median(rounds[name])
             if reference is not None and warm_reference is not None and name in warm:
                 flushed_ratio, warm_ratio = reference / median_ms, warm_reference / statistics.median(warm[name])
                 median_ms *= max(1.0, flushed_ratio / warm_ratio)
-            family, _, _ = rows.kernel_identity(kernel)
-            env = rows.environment_record(environment)
             result.append(BestRow(
-                config_name=name, family=family, params=rows.kernel_params(kernel), median_ms=median_ms,
+                config_name=name, family=family, params=params, median_ms=median_ms,
                 tflops=problem.tflops(median_ms), cublas_median_ms=reference,
                 ratio_to_cublas=reference / median_ms if reference is not None else None,
-                gpu_name=env.gpu_name, arch=env.arch, driver=env.driver,
-                measured_at=rows.utc(latest.created_at)))
+                gpu_name=env.gpu_name, arch=env.arch, driver=env.driver, measured_at=measured_at))
         return sorted(result, key=lambda row: (row.median_ms, row.config_name))
 
     def retimed_back_to_back(self, gpu_key: str, problem: GemmProblem) -> set[str]:
@@ -544,19 +541,20 @@ class ResultStore:
 
     def _rounds(self, gpu_key: str, problem: GemmProblem, study: str) -> tuple[dict, dict]:
         """Each kernel's (None: cuBLAS's) rounds' medians under ``study`` at exactly ``problem``, and each
-        kernel's row, environment and latest round."""
+        kernel's family, params, environment and the time of its latest round."""
         query = _scope(select(Measurement, Kernel, Environment), gpu_key, problem, Measurement)
         query = query.outerjoin(Kernel, Measurement.kernel_id == Kernel.id).where(Measurement.study == study)
         rounds: dict[str | None, list[float]] = {}  # kernel name (None: cuBLAS) -> its rounds' medians
-        kernels: dict[str, tuple[Kernel, Environment, Measurement]] = {}
+        kernels: dict[str, tuple] = {}
         with self._reading() as session:
             for measurement, kernel, environment in session.execute(query.order_by(Measurement.id)).all():
                 median_ms = rows.checked_time(Measurement.__tablename__, measurement.id, "median_ms",
                                               measurement.median_ms)
                 name = None if kernel is None else rows.kernel_identity(kernel)[1]
                 rounds.setdefault(name, []).append(median_ms)
-                if name is not None:
-                    kernels[name] = (kernel, environment, measurement)  # the latest round's
+                if name is not None:  # the latest round's
+                    kernels[name] = (rows.kernel_identity(kernel)[0], rows.kernel_params(kernel),
+                                     rows.environment_record(environment), rows.utc(measurement.created_at))
         return rounds, kernels
 
     def gpus(self) -> list[tuple[str, str, str]]:

@@ -5,8 +5,8 @@ both start from a shape's recorded results, fastest first, and keep the first ``
 shipped family that the static rules admit where they are to run, and, where none of those runs
 :data:`~autotune.shapes.CARRIED_FACTOR` times the shape's rows (each a build for few rows), the fastest that
 does: a table carries a shape's times that far, and a shape judged by few-row builds alone would leave those
-rows no kernel. A config recorded under
-several template versions is several rows of the results, and one config here.
+rows no kernel. A config recorded under several template versions is several rows of the results, and one
+config here.
 """
 
 from __future__ import annotations
