@@ -25,8 +25,9 @@
 #                                       against the later calls (bench/first_call.py)
 #   bench/h200.sh retime                the shipped results imported, then `autotune retime` for each DTYPE:LAYOUT of
 #                                       RETIME_RUNS (default f16:row bf16:row f16:nt bf16:nt f32:row): each tuned shape's
-#                                       RETIME_TOP (default 3) fastest configs and cuBLAS measured again, RETIME_ROUNDS
-#                                       (default 5) rounds (RETIME_TIMEOUT=S stops each run after S seconds); the rounds
+#                                       RETIME_TOP (default 3) fastest configs and cuBLAS measured again, flushed and back
+#                                       to back, RETIME_ROUNDS (default 5) rounds; configs measured both ways before are
+#                                       skipped (RETIME_TIMEOUT=S stops each run after S seconds); the rounds
 #                                       exported to $OUT/retime_results.jsonl (append them to tuned_db/h200.jsonl to ship
 #                                       them). `runtime` with RUNTIME_DB=1 then checks the table of $DB, not the shipped one
 #   bench/h200.sh tune-on-miss          autotune.tune_on_miss at a shape nobody tuned (TUNE_SHAPE, default 3072^3,
