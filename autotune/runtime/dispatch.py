@@ -15,14 +15,8 @@ import dataclasses
 
 from autotune.errors import InputError
 from autotune.runtime.operands import TAKEN, Operand
-from autotune.select.kernel_table import (
-    CARRIED_FACTOR,
-    DtypeTable,
-    KernelTable,
-    TableKernel,
-    TablePick,
-    TableRule,
-)
+from autotune.select.kernel_table import DtypeTable, KernelTable, TableKernel, TablePick, TableRule
+from autotune.shapes import CARRIED_FACTOR
 
 INT32_MAX = 2**31 - 1
 ALIGNMENT = 16  # bytes: tuned kernels need 16-byte-aligned operand starts (vector and TMA loads)
@@ -173,24 +167,22 @@ def _cublas_reason(table: DtypeTable, pick: TablePick, shape: tuple[int, int, in
     """Why the table picks cuBLAS: no kernel of the nearest tuned shape runs this one, or its tuned kernel's
     predicted time against cuBLAS's, and where they come from."""
     rule, short = pick.rule, table.short_name(pick.measured)
+    here, there = "x".join(map(str, shape)), f"{rule.m}x{rule.n}x{rule.k}"
     if pick.unserved:
-        m, n, k = shape
-        return (f"no tuned kernel measured at the nearest tuned shape {rule.m}x{rule.n}x{rule.k} runs {m}x{n}x{k} "
+        return (f"no tuned kernel measured at the nearest tuned shape {there} runs {here} "
                 f"({short} runs only where {table.kernel(pick.measured).launch.serves})")
     if pick.far:
-        m, n, k = shape
-        return (f"the nearest tuned shape {rule.m}x{rule.n}x{rule.k} is more than {CARRIED_FACTOR}x from {m}x{n}x{k} "
+        return (f"the nearest tuned shape {there} is more than {CARRIED_FACTOR}x from {here} "
                 f"on some axis: a tuned kernel's time is not carried that far")
     if pick.cut:
-        m, n, k = shape
-        return (f"{m}x{n}x{k} cuts the tiles of the tuned kernel {short} along N or K, whole at the nearest tuned "
-                f"shape {rule.m}x{rule.n}x{rule.k}: its time there is not carried to cut tiles")
+        return (f"{here} cuts the tiles of the tuned kernel {short} along N or K, whole at the nearest tuned "
+                f"shape {there}: its time there is not carried to cut tiles")
     ms = dict(rule.times)[pick.measured]
     measured = f"{ms:.4g} ms against cuBLAS's {rule.cublas_ms:.4g} ms on {rule.measured_on}"
     if rule.shape == shape:
         where = f"tuned at this shape: {measured}"
     else:
         where = (f"{pick.kernel_ms:.4g} ms against {pick.cublas_ms:.4g} ms, carried from the nearest tuned shape "
-                 f"{rule.m}x{rule.n}x{rule.k}, where it took {measured}")
+                 f"{there}, where it took {measured}")
     return (f"the table picks it: the tuned kernel {short} is predicted {pick.ratio_to_cublas:.3f}x cuBLAS at "
             f"this shape ({short} is {pick.measured}; {where})")

@@ -42,7 +42,7 @@ from autotune.kernel_abi import KERNEL_ARGUMENTS
 from autotune.problem import DTYPES, LAYOUTS
 from autotune.records import Resources
 from autotune.select.scaling import cublas_ms_at, fastest
-from autotune.shapes import CARRIED_FACTOR, farther_than_carried, nearest
+from autotune.shapes import farther_than_carried, nearest
 
 SCHEMA_VERSION = 2
 READS_SCHEMA_VERSIONS = (1, 2)
@@ -62,6 +62,8 @@ SELECTION_RULE = ("nearest tuned shape: the least |log m - log m'| + |log n - lo
                   "tiles are whole along N or K at the tuned shape and cut at this one, whole meaning one more "
                   "column (or element of K) would take more work(1, n, 1) (or work(1, 1, k)) on one SM; "
                   "sizes outside [ceil(smallest tuned / 2), largest tuned * 2] on any axis are not served (cuBLAS)")
+
+
 def cuts_whole_tiles(launch: LaunchContract, there: tuple[int, int, int], here: tuple[int, int, int]) -> bool:
     """Whether ``here`` cuts the kernel's tiles along N or K where ``there`` (its tuned shape) has them whole. A
     time measured on whole tiles is not carried to cut ones: on the H200 every kernel run at shapes cutting N or K
@@ -237,10 +239,10 @@ class TablePick:
     @property
     def cublas(self) -> bool:
         """Whether the shape goes to cuBLAS: no kernel of the rule runs it, the rule is too far from it
-        (:data:`CARRIED_FACTOR`), the shape cuts the kernel's tiles where the rule's are whole
+        (:data:`~autotune.shapes.CARRIED_FACTOR`), the shape cuts the kernel's tiles where the rule's are whole
         (:func:`cuts_whole_tiles`), or the kernel's predicted time is more than cuBLAS's."""
-        return self.unserved or self.far or self.cut or (self.cublas_ms is not None and self.kernel_ms is not None
-                                             and self.kernel_ms > self.cublas_ms)
+        slower = self.cublas_ms is not None and self.kernel_ms is not None and self.kernel_ms > self.cublas_ms
+        return self.unserved or self.far or self.cut or slower
 
     @property
     def ratio_to_cublas(self) -> float | None:

@@ -117,7 +117,7 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
     shapes, configs = {}, {}
     for shape, problem in problems.items():
         ms, measured_on, cublas = {}, {}, []
-        for _, row in _rows(store, keys, problem, arch):
+        for row in _rows(store, keys, problem, arch):
             _check_times(row, problem)
             configs.setdefault(row.config_name, MeasuredConfig(row.config_name, row.family, row.params, dtype, layout))
             if row.config_name not in ms or row.median_ms < ms[row.config_name]:
@@ -131,12 +131,12 @@ def gather(store: ResultStore, gpu_keys: str | Sequence[str], dtype: str, arch: 
     return Results(dict(sorted(shapes.items(), key=lambda item: _volume_order(item[0]))), configs)
 
 
-def _rows(store: ResultStore, keys: Sequence[str], problem: GemmProblem, arch: str | None) -> list[tuple[str, BestRow]]:
+def _rows(store: ResultStore, keys: Sequence[str], problem: GemmProblem, arch: str | None) -> list[BestRow]:
     """What ``problem``'s shape is judged by on the GPUs ``keys`` (in environments of ``arch``, when given):
     the kernels measured again there in rounds beside cuBLAS (:meth:`ResultStore.retimed`), where there are
     any, and only those; else every kernel measured there, each at its fastest measurement."""
     for measured in (store.retimed, lambda key, problem: store.best(key, problem, limit=100_000)):
-        found = [(key, row) for key in keys for row in measured(key, problem) if arch is None or row.arch == arch]
+        found = [row for key in keys for row in measured(key, problem) if arch is None or row.arch == arch]
         if found:
             return found
     return []
@@ -193,10 +193,9 @@ def _more_rows(results: Results, times: dict[Shape, dict[str, float]], kernels: 
     for shape, measured in times.items():
         m, n, k = shape
         wider = {c: ms for c, ms in measured.items() if kernels[c].launch.serves_shape(CARRIED_FACTOR * m, n, k)}
-        cublas_ms = results.shapes[shape].cublas_ms
-        if wider and len(wider) < len(measured) and cublas_ms and min(wider.values()) < cublas_ms:
-            more[("rows", shape)] = wider
-            floors[("rows", shape)] = min(wider.values()) / cublas_ms
+        best, cublas_ms = min(wider.values(), default=None), results.shapes[shape].cublas_ms
+        if best is not None and len(wider) < len(measured) and cublas_ms and best < cublas_ms:
+            more[("rows", shape)], floors[("rows", shape)] = wider, best / cublas_ms
     return more, floors
 
 
