@@ -74,12 +74,14 @@ class CupyBackend:
             if not check.passed:
                 return Failure(FailureClass.WRONG_ANSWER.value, f"{check.describe()} ({_scalars(problem)})")
             worst = max(worst, check.max_error)
-        timed = functools.partial(launch, task.problem, operands.out)
-        if task.back_to_back:
-            timing = self.measure.time_back_to_back(timed, task.back_to_back, task.warmup, task.repeats)
-        else:
-            timing = self.measure.time_launches(timed, warmup=task.warmup, repeats=task.repeats, race=task.race)
+        timing = self._time(functools.partial(launch, task.problem, operands.out), task, race=task.race)
         return self._measurement(task.problem, timing, worst, task.resources)
+
+    def _time(self, launch, task: KernelTask | CublasTask, race=()) -> Timing:
+        """``launch`` timed as ``task`` asks: flushed launches, or samples of ``task.back_to_back`` launches."""
+        if task.back_to_back:
+            return self.measure.time_back_to_back(launch, task.back_to_back, task.warmup, task.repeats)
+        return self.measure.time_launches(launch, warmup=task.warmup, repeats=task.repeats, race=race)
 
     def _kernel_launch(self, task: KernelTask, problem: GemmProblem, seed: int):
         """``(launch, operands)``: ``launch(problem, out)`` runs the loaded kernel on the A and B of
@@ -112,11 +114,7 @@ class CupyBackend:
         check = self.measure.check(launch, problem, operands, ref, bound)
         if not check.passed:  # the bound is too tight if cuBLAS itself misses it
             return Failure(FailureClass.WRONG_ANSWER.value, f"cuBLAS: {check.describe()} ({_scalars(problem)})")
-        timed = self._cublas_gemm(problem, task.seed)
-        if task.back_to_back:
-            timing = self.measure.time_back_to_back(timed, task.back_to_back, task.warmup, task.repeats)
-        else:
-            timing = self.measure.time_launches(timed, warmup=task.warmup, repeats=task.repeats)
+        timing = self._time(self._cublas_gemm(problem, task.seed), task)
         return self._measurement(problem, timing, check.max_error, None)
 
     def _cublas_gemm(self, problem: GemmProblem, seed: int):
