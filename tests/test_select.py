@@ -430,4 +430,6 @@ def test_a_retimed_kernel_is_judged_by_the_worse_of_its_flushed_and_back_to_back
     assert rows[cool.name].median_ms == pytest.approx(1.1)
     assert {row.config_name: row.median_ms for row in store.best("h200", shape)} == {hot.name: 1.0, cool.name: 1.1}
     assert store.cublas_reference("h200", shape) == pytest.approx(1.2)
-    assert store.retimed_back_to_back("h200", shape) == {hot.name, cool.name}
+    assert store.retimed_both_ways("h200", shape) == {hot.name, cool.name}
+    store.add_measurement(ENV, shape, _config(32), "h", _m(shape, 0.9), RETIMED)  # flushed only
+    assert store.retimed_both_ways("h200", shape) == {hot.name, cool.name}

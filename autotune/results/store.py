@@ -533,11 +533,12 @@ class ResultStore:
                 gpu_name=env.gpu_name, arch=env.arch, driver=env.driver, measured_at=measured_at))
         return sorted(result, key=lambda row: (row.median_ms, row.config_name))
 
-    def retimed_back_to_back(self, gpu_key: str, problem: GemmProblem) -> set[str]:
-        """The kernels whose rounds at exactly this problem were also timed back to back
+    def retimed_both_ways(self, gpu_key: str, problem: GemmProblem) -> set[str]:
+        """The kernels whose rounds at exactly this problem were timed flushed (:data:`RETIMED`) and back to back
         (:data:`RETIMED_BACK_TO_BACK`), by name; empty where none were."""
-        rounds, _ = self._rounds(gpu_key, problem, RETIMED_BACK_TO_BACK)
-        return {name for name in rounds if name is not None}
+        flushed, _ = self._rounds(gpu_key, problem, RETIMED)
+        warm, _ = self._rounds(gpu_key, problem, RETIMED_BACK_TO_BACK)
+        return {name for name in flushed if name is not None and name in warm}
 
     def _rounds(self, gpu_key: str, problem: GemmProblem, study: str) -> tuple[dict, dict]:
         """Each kernel's (None: cuBLAS's) rounds' medians under ``study`` at exactly ``problem``, and each

@@ -79,8 +79,7 @@ def plan(store: ResultStore, gpu: GpuSpec, gpu_key: str, dtype: str, layout: str
     for problem in sorted(store.problems(gpu_key, dtype, layout), key=lambda p: (p.m * p.n * p.k, p.shape)):
         if wanted is not None and (problem.m, problem.n, problem.k) not in wanted:
             continue
-        measured = ({row.config_name for row in store.retimed(gpu_key, problem)}
-                    & store.retimed_back_to_back(gpu_key, problem))
+        measured = store.retimed_both_ways(gpu_key, problem)
         configs = fastest_configs(store, gpu_key, problem, problem, gpu, families, top)
         missing = tuple((space, config) for space, config in configs if config.name not in measured)
         if measured and not missing:
