@@ -35,7 +35,8 @@
 #                                       background search runs, then move to its table (bench/tune_on_miss.py)
 #   bench/h200.sh llama-mlp             examples/llama_mlp: a Llama MLP block (4096 -> 14336 -> 4096) on
 #                                       autotune.torch against plain PyTorch, both under torch.compile, for
-#                                       LLAMA_MLP_DTYPES (default f16 bf16) at LLAMA_MLP_TOKENS (default 1,16,128,1024,4096)
+#                                       LLAMA_MLP_DTYPES (default f16 bf16) at LLAMA_MLP_TOKENS (default 1,16,128,1024,4096);
+#                                       LLAMA_MLP_GRAPHS=1: both compiled with mode="reduce-overhead" (CUDA graphs)
 #   bench/h200.sh cudalib               export the shipped H200 table as a C library (--format cuda, into
 #                                       CUDALIB_DIR, default $BUILD/cudalib, unless it holds one), build it with
 #                                       CMake, run its example and bench/export_check.cpp against cuBLAS
@@ -159,8 +160,9 @@ while [ $# -gt 0 ]; do
         ;;
     llama-mlp)
         for dtype in ${LLAMA_MLP_DTYPES:-f16 bf16}; do
+            name=llama_mlp_$dtype${LLAMA_MLP_GRAPHS:+_cuda_graphs}
             python3 examples/llama_mlp/llama_mlp.py --dtype "$dtype" --tokens "${LLAMA_MLP_TOKENS:-1,16,128,1024,4096}" \
-                --json "$OUT/llama_mlp_$dtype.json" 2>&1 | tee "$OUT/llama_mlp_$dtype.log" || status=1
+                ${LLAMA_MLP_GRAPHS:+--cuda-graphs} --json "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" || status=1
         done
         ;;
     warm-timing)

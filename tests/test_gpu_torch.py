@@ -116,3 +116,28 @@ def test_a_gemm_too_short_to_repay_the_operator_s_host_time_runs_on_pytorch_s_ma
     layer = at.Linear(11008, 4096, bias=False, dtype=torch.float16, device="cuda")
     with torch.inference_mode():
         _close(layer(a), _reference(a, layer.weight.t()), torch.float16)
+
+
+def test_a_layer_replayed_in_a_cuda_graph_runs_the_kernel_its_host_time_kept_from():
+    table = autotune.runtime.runtime_for(0).choice.table.for_layout("nt")["f16"]
+    for rule in sorted(table.rules, key=lambda rule: rule.shape):
+        x = torch.empty(rule.m, rule.k, dtype=torch.float16, device="cuda")
+        w = torch.empty(rule.n, rule.k, dtype=torch.float16, device="cuda")
+        if at.explain(x, w.t()).uses_cublas and not at.explain(x, w.t(), cuda_graphs=True).uses_cublas:
+            break
+    else:
+        pytest.fail("no nt shape of the table runs a kernel in a CUDA graph and cuBLAS outside one")
+    torch.manual_seed(0)
+    layer = at.Linear(rule.k, rule.n, bias=False, dtype=torch.float16, device="cuda", cuda_graphs=True)
+    x, later = (torch.randn(rule.m, rule.k, dtype=torch.float16, device="cuda") for _ in range(2))
+    with torch.inference_mode():
+        _close(layer(x), _reference(x, layer.weight.t()), torch.float16)  # also loads the kernel
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = layer(x)
+        x.copy_(later)
+        graph.replay()
+        _close(out, _reference(later, layer.weight.t()), torch.float16)
+        compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):  # a warm-up call, the capture, a replay
+            _close(compiled(x), _reference(later, layer.weight.t()), torch.float16)

@@ -32,6 +32,7 @@ def test_opcheck_passes_for_every_dtype_with_and_without_c(dtype):
     torch.library.opcheck(torch.ops.autotune.gemm.default, (a, b, c, 1.5, 0.5))
     torch.library.opcheck(torch.ops.autotune.gemm.default, (a, b, None, 1.0, 0.0))
     torch.library.opcheck(torch.ops.autotune.gemm.default, (a[0], b.t().contiguous().t(), None, 2.0, 0.0))
+    torch.library.opcheck(torch.ops.autotune.gemm.default, (a, b, c, 1.0, 1.0, True))
 
 
 def test_the_product_and_its_gradients_are_addmm_s():
@@ -126,10 +127,14 @@ def test_a_layer_asks_the_table_about_its_weight_as_stored(monkeypatch):
     monkeypatch.setattr(linear, "kernel_rows", lambda *args: asked.append(args))
     layer = at.Linear(4, 3)
     layer(torch.randn(2, 4))
-    assert asked == [(layer.weight.dtype, layer.weight.device, 3, 4, False)]  # weight.T is column-major
+    assert asked == [(layer.weight.dtype, layer.weight.device, 3, 4, False, False)]  # weight.T is column-major
     layer.weight = torch.nn.Parameter(torch.randn(4, 3).t())  # stored in x out: weight.T row-major
     layer(torch.randn(2, 4))
-    assert asked[-1][-1] is True
+    assert asked[-1][-2:] == (True, False)
+    at.Linear(4, 3, cuda_graphs=True)(torch.randn(2, 4))
+    model = at.use_autotune(torch.nn.Sequential(torch.nn.Linear(4, 3)), cuda_graphs=True)
+    model(torch.randn(2, 4))
+    assert [args[-1] for args in asked[-2:]] == [True, True]  # layers replayed in CUDA graphs say so
 
 
 def test_the_runtime_refuses_host_tensors_numpy_and_untracked_grads_in_one_line():
@@ -256,6 +261,13 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     for m in (m for m in PROBED_ROWS if m >= rows):
         assert table.dtypes["f16"].pick(m, n, k).cublas_ms > OPERATOR_HOST.kernel_ms
     assert requests == []  # probing the rows asks for no searches
+    from autotune.torch.ops import host_cost
+
+    assert host_cost(False) is OPERATOR_HOST
+    graphed = runtime.tensor_decision(a, b, host_cost(True))  # replayed in a CUDA graph: no host time per call
+    assert graphed.kernel is not None and graphed.kernel.name == pick.kernel
+    assert runtime.tensor_decision(a, b, host_cost(False)).uses_cublas
+    assert runtime.kernel_rows(torch.float16, n, k, host_cost(True)) == 1
 
 
 def test_net_of_host_cost_keeps_a_kernel_only_where_it_is_faster_with_the_host_counted():

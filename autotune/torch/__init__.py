@@ -9,10 +9,12 @@ table has no kernels for, a transposed ``b``, a CPU tensor, a shape the table le
 GEMM too short to gain from a kernel) runs on PyTorch's own matmul; :func:`explain` says which and
 why. ``a`` may have leading batch dimensions (``... x k``).
 
-:class:`Linear` is an ``nn.Linear`` whose weight is stored transposed (its ``weight`` is still
-``out x in``, a view), so that ``x @ weight.T`` is a row-major product a tuned kernel serves (where no kernel can
-repay the operator's host time it calls PyTorch's ``linear`` itself); :func:`use_autotune` turns every ``nn.Linear`` of a
-model into one, in place.
+:class:`Linear` is an ``nn.Linear`` (the same weight, ``out x in``, and state dict) whose ``x @ weight.T`` runs the
+operator with ``weight.T`` as it is stored (layout "nt"), from the rows where a kernel can repay the operator's
+host time (below them it calls PyTorch's ``linear`` itself); :func:`use_autotune` turns every ``nn.Linear`` of a
+model into one, in place. Where a model's calls are captured in CUDA graphs (``torch.compile(...,
+mode="reduce-overhead")``), ``cuda_graphs=True`` (to :func:`gemm`, :class:`Linear` or :func:`use_autotune`) has
+the table pick by the kernels' times alone: a replay pays no host time per call.
 """
 
 try:

@@ -21,32 +21,38 @@ from autotune.runtime.operands import refuse_unscaled
 __all__ = ["gemm", "explain"]
 
 
-def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0) -> Tensor:
+def gemm(a: Tensor, b: Tensor, c: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 0.0,
+         cuda_graphs: bool = False) -> Tensor:
     """``alpha * a @ b + beta * c``, a new tensor of shape ``(*a.shape[:-1], b.shape[1])``.
 
     ``a`` is ``... x k``, ``b`` is ``k x n``; ``c`` (optional) broadcasts to the result like
     ``torch.addmm``'s ``input``. Without ``c``, beta is not used.
 
+    ``cuda_graphs=True`` says the call is captured in a CUDA graph and replayed (``torch.compile(...,
+    mode="reduce-overhead")``, ``torch.cuda.graph``): a replay pays no host time per call, so the table picks by
+    the kernels' times alone (otherwise the operator's host time counts, :data:`OPERATOR_HOST`).
+
     Raises:
         InputError: the shapes do not chain, the dtypes differ, or the dtype is fp8 (which needs scales).
     """
-    return torch.ops.autotune.gemm(a, b, c, float(alpha), float(beta))
+    return torch.ops.autotune.gemm(a, b, c, float(alpha), float(beta), bool(cuda_graphs))
 
 
-def explain(a: Tensor, b: Tensor) -> Decision:
-    """What :func:`gemm` runs for ``a @ b`` and why: a tuned kernel, or PyTorch's matmul (the table picks
-    cuBLAS, no kernel is faster once the operator's host time counts, or the tensors are not on a GPU)."""
+def explain(a: Tensor, b: Tensor, cuda_graphs: bool = False) -> Decision:
+    """What :func:`gemm` runs for ``a @ b`` (with the same ``cuda_graphs``) and why: a tuned kernel, or
+    PyTorch's matmul (the table picks cuBLAS, no kernel is faster once the operator's host time counts, or the
+    tensors are not on a GPU)."""
     rows, n = _check(a, b, None)
     shape = (rows.shape[0], n, rows.shape[1])
     runtime = device_runtime(rows.device) if rows.is_cuda else None
     if runtime is None:
         where = "CuPy, which loads the kernels, is not installed" if rows.is_cuda else f"the tensors are on {a.device}"
         return Decision(_name(a.dtype), shape, None, None, f"{where}: PyTorch's matmul runs it", "no table")
-    return runtime.tensor_decision(rows.detach(), b.detach(), OPERATOR_HOST)
+    return runtime.tensor_decision(rows.detach(), b.detach(), host_cost(cuda_graphs))
 
 
 @torch.library.custom_op("autotune::gemm", mutates_args=())
-def _gemm(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float) -> Tensor:
+def _gemm(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float, cuda_graphs: bool = False) -> Tensor:
     rows, n = _check(a, b, c)
     out = rows.new_empty((rows.shape[0], n))
     if c is None:
@@ -54,20 +60,20 @@ def _gemm(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float) 
     else:
         out.copy_(c.expand(*a.shape[:-1], n).reshape(-1, n))
     if rows.is_cuda and out.numel() and rows.shape[1]:
-        _on_gpu(rows, b, out, alpha, beta)
+        _on_gpu(rows, b, out, alpha, beta, host_cost(cuda_graphs))
     else:
         out.addmm_(rows, b, beta=beta, alpha=alpha)
     return out.reshape(*a.shape[:-1], n)
 
 
 @_gemm.register_fake
-def _(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float) -> Tensor:
+def _(a: Tensor, b: Tensor, c: Optional[Tensor], alpha: float, beta: float, cuda_graphs: bool = False) -> Tensor:
     _, n = _check(a, b, c)
     return a.new_empty((*a.shape[:-1], n))
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    a, b, c, alpha, beta = inputs
+    a, b, c, alpha, beta, _ = inputs
     ctx.save_for_backward(a, b)
     ctx.alpha, ctx.beta, ctx.c_shape = alpha, beta, None if c is None else c.shape
 
@@ -83,7 +89,7 @@ def _backward(ctx, grad: Tensor):
         grad_b = (a.reshape(-1, k).t() @ rows).mul_(ctx.alpha)
     if ctx.c_shape is not None and ctx.needs_input_grad[2]:
         grad_c = (grad * ctx.beta).sum_to_size(ctx.c_shape)
-    return grad_a, grad_b, grad_c, None, None
+    return grad_a, grad_b, grad_c, None, None, None
 
 
 _gemm.register_autograd(_backward, setup_context=_setup_context)
@@ -122,18 +128,23 @@ def _name(dtype: torch.dtype) -> str:
 # with these counted (autotune.runtime.dispatch.net_of_host_cost).
 OPERATOR_HOST = HostCost(kernel_ms=0.064, cublas_ms=0.026, caller="autotune.torch's operator")
 
+
+def host_cost(cuda_graphs: bool) -> HostCost | None:
+    """The host's time per call a pick counts: the operator's, or none where calls replay in CUDA graphs."""
+    return None if cuda_graphs else OPERATOR_HOST
+
 _without_cupy: list[str] = []  # why the runtime cannot load kernels here (CuPy missing), once known
 
 
-def _on_gpu(rows: Tensor, b: Tensor, out: Tensor, alpha: float, beta: float) -> None:
+def _on_gpu(rows: Tensor, b: Tensor, out: Tensor, alpha: float, beta: float, host: HostCost | None) -> None:
     """``out = alpha * rows @ b + beta * out`` by the runtime of the tensors' device (a tuned kernel, or
-    PyTorch's matmul); PyTorch's matmul alone where CuPy, which loads the kernels, is not installed (with a
-    warning, once)."""
+    PyTorch's matmul, ``host`` time per call counted); PyTorch's matmul alone where CuPy, which loads the
+    kernels, is not installed (with a warning, once)."""
     runtime = device_runtime(rows.device)
     if runtime is None:
         out.addmm_(rows, b, beta=beta, alpha=alpha)
     else:
-        runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta, OPERATOR_HOST)
+        runtime.gemm_tensors(rows.detach(), b.detach(), out, alpha, beta, host)
 
 
 def device_runtime(device: torch.device):
