@@ -163,6 +163,15 @@ def test_without_pytorch_the_import_says_what_to_install():
     assert "autotune.torch needs PyTorch" in result.stderr and "autotune[torch]" in result.stderr
 
 
+def _few_row_kernel_shape(table) -> tuple[int, int, int]:
+    """The first few-row (M <= 16) f16 shape of ``table`` where it runs a tuned kernel."""
+    rules = sorted(table.dtypes["f16"].rules, key=lambda rule: rule.shape)
+    shape = next((rule.shape for rule in rules if rule.m <= 16 and not table.dtypes["f16"].pick(*rule.shape).cublas),
+                 None)
+    assert shape is not None, "the shipped f16 table runs no kernel at any shape of 16 rows or fewer"
+    return shape
+
+
 class _RecordedLaunch:
     """A prepared launch that records its arguments instead of calling cuLaunchKernel."""
 
@@ -202,7 +211,7 @@ def test_the_runtime_launches_tensors_by_their_pointers_and_leaves_cublas_picks_
     from autotune.select.kernel_table import read_table
 
     table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
-    kernel_shape = (8, 4096, 11008)  # where the shipped table runs a tuned f16 kernel
+    kernel_shape = _few_row_kernel_shape(table)  # where the shipped table runs a tuned f16 kernel
     assert not table.dtypes["f16"].pick(*kernel_shape).cublas
     device = _device_with_launches(monkeypatch, table, [("f16", kernel_shape)])
     runtime = Runtime(device, (table, "the shipped table"))
@@ -231,7 +240,7 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     from autotune.select.kernel_table import read_table
 
     table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
-    shape = (8, 4096, 11008)
+    shape = _few_row_kernel_shape(table)
     pick = table.dtypes["f16"].pick(*shape)
     assert pick.kernel_ms < pick.cublas_ms  # the table prefers its kernel here
     slow_host = HostCost(kernel_ms=pick.cublas_ms * 2, cublas_ms=0.0, caller="a slow caller")
@@ -256,10 +265,14 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     assert without_nt.kernel_rows(torch.float16, n, k, row_major=False) is None  # no kernel takes b transposed
     from autotune.torch.ops import OPERATOR_HOST
 
-    rows = runtime.kernel_rows(torch.float16, n, k, OPERATOR_HOST)
-    assert rows in PROBED_ROWS and rows > 16  # a GEMM of 16 rows is over before the operator's host time
-    for m in (m for m in PROBED_ROWS if m >= rows):
-        assert table.dtypes["f16"].pick(m, n, k).cublas_ms > OPERATOR_HOST.kernel_ms
+    widths = sorted({(rule.n, rule.k) for rule in table.dtypes["f16"].rules})
+    served = [(n, k, rows) for n, k in widths
+              if (rows := runtime.kernel_rows(torch.float16, n, k, OPERATOR_HOST)) is not None]
+    assert served, "no f16 width of the shipped table runs a kernel with the operator's host time counted"
+    for n, k, rows in served:
+        assert rows in PROBED_ROWS and rows > 16  # a GEMM of 16 rows is over before the operator's host time
+        for m in (m for m in PROBED_ROWS if m >= rows):
+            assert table.dtypes["f16"].pick(m, n, k).cublas_ms > OPERATOR_HOST.kernel_ms
     assert requests == []  # probing the rows asks for no searches
     from autotune.torch.ops import host_cost
 
@@ -267,7 +280,7 @@ def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call
     graphed = runtime.tensor_decision(a, b, host_cost(True))  # replayed in a CUDA graph: no host time per call
     assert graphed.kernel is not None and graphed.kernel.name == pick.kernel
     assert runtime.tensor_decision(a, b, host_cost(False)).uses_cublas
-    assert runtime.kernel_rows(torch.float16, n, k, host_cost(True)) == 1
+    assert runtime.kernel_rows(torch.float16, shape[1], shape[2], host_cost(True)) == 1
 
 
 def test_net_of_host_cost_keeps_a_kernel_only_where_it_is_faster_with_the_host_counted():
