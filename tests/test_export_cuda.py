@@ -712,4 +712,57 @@ def test_on_the_gpu_the_library_passes_the_search_verification(library, table, d
             assert status == SUCCESS, library.autotune_last_error()
 
         check = measure.check(launch, problem, operands, ref, bound)
-        assert check.passed, f"{table.dtypes[dtype].pick(*shape).kernel}: {check.describe()} (beta {problem.beta})"
+        assert check.passed, (f"{table.dtypes[dtype].pick(*shape).kernel}: {check.describe()} (beta {problem.beta}; "
+                              f"{_wrong_elements(operands.out, ref, bound, problem)})")
+
+
+def _runtime_operand(array, dtype):
+    """``array`` as the runtime takes it: bf16's bit patterns (uint16 in CuPy) as a PyTorch bfloat16 tensor."""
+    if dtype != "bf16":
+        return array
+    torch = pytest.importorskip("torch", reason="bf16 reaches the Python runtime as PyTorch tensors")
+    return torch.from_dlpack(array).view(torch.bfloat16)
+
+
+def _wrong_elements(out, ref, bound, problem) -> str:
+    """How many elements of ``out`` miss ``ref`` by more than ``bound``, and in which rows and columns."""
+    import cupy
+
+    from autotune.gpu import measure
+
+    wrong = cupy.asnumpy(~(cupy.abs(measure.widen(out, problem.element) - ref) <= bound))
+    rows, columns = wrong.any(axis=1).nonzero()[0], wrong.any(axis=0).nonzero()[0]
+    return (f"{int(wrong.sum())} elements wrong, in rows {rows[:8].tolist()}{'...' if len(rows) > 8 else ''} "
+            f"and columns {columns[:8].tolist()}{'...' if len(columns) > 8 else ''}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, shape", [("f16", (777, 1333, 555)), ("bf16", (777, 1333, 555)),
+                                          ("bf16", (4000, 4096, 4100))])
+def test_on_the_gpu_the_python_runtime_with_the_library_s_table_passes_the_same_verification(table, dtype, shape):
+    """The Python runtime launching the library's table: where the library fails and this passes, the library's
+    launch differs; where both fail, the kernel does."""
+    import cupy
+
+    from autotune.gpu import measure
+    from autotune.gpu.tasks import verification_problems
+    from autotune.runtime import Runtime
+    from autotune.runtime.devices import CupyDevice
+
+    properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    if (properties["major"], properties["minor"]) != (9, 0):
+        pytest.skip("the test table is built for sm_90")
+    runtime = Runtime(CupyDevice(0), (table, "the library's table"))
+    operands = measure.make_operands(GemmProblem(*shape, dtype), seed=3)
+    for problem in verification_problems(GemmProblem(*shape, dtype)):
+        ref = measure.reference(problem, operands)
+        bound = measure.error_bound(problem, operands, ref)
+
+        def launch(out, problem=problem):
+            runtime.gemm(*(_runtime_operand(x, dtype) for x in (operands.a, operands.b)),
+                         out=_runtime_operand(out, dtype), alpha=problem.alpha, beta=problem.beta)
+
+        assert not runtime.explain(*(_runtime_operand(x, dtype) for x in (operands.a, operands.b))).uses_cublas
+        check = measure.check(launch, problem, operands, ref, bound)
+        assert check.passed, (f"{table.dtypes[dtype].pick(*shape).kernel}: {check.describe()} (beta {problem.beta}; "
+                              f"{_wrong_elements(operands.out, ref, bound, problem)})")
