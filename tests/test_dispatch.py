@@ -509,6 +509,8 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
     assert results == [[SUCCESS, ""]] * len(calls)
     creates = [line for lines in logged for line in lines if line.startswith("cublasCreate_v2")]
     assert creates == ["cublasCreate_v2 status 0"]  # one handle for the context
+    modes = [line for lines in logged for line in lines if line.startswith("cublasSetMathMode")]
+    assert modes == ["cublasSetMathMode handle 256 mode 16"]  # its fp16 and bf16 partial sums reduced in fp32
     for (m, n, k), lines in zip(shapes, logged):
         pick = table.dtypes[dtype].pick(m, n, k)
         launches = [line for line in lines if line.startswith("cuLaunchKernel")]

@@ -47,6 +47,11 @@ cublasStatus_t cublasSetStream_v2(void* handle, void* stream) {
     return 0;
 }
 
+cublasStatus_t cublasSetMathMode(void* handle, int mode) {
+    record("cublasSetMathMode handle %llu mode %d", (unsigned long long)(uintptr_t)handle, mode);
+    return 0;
+}
+
 cublasStatus_t cublasSgemm_v2(void* handle, int transa, int transb, int m, int n, int k, const float* alpha,
                               const float* A, int lda, const float* B, int ldb, const float* beta, float* C,
                               int ldc) {

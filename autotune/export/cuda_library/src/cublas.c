@@ -30,9 +30,10 @@ static int load_from(const char* name) {
     void* library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (library == NULL)
         return 0;
-    autotune_cublas c = {loaded_name, NULL, NULL, NULL, NULL};
+    autotune_cublas c = {loaded_name, NULL, NULL, NULL, NULL, NULL};
     if (!find(library, lacking = "cublasCreate_v2", &c.cublasCreate) ||
         !find(library, lacking = "cublasSetStream_v2", &c.cublasSetStream) ||
+        !find(library, lacking = "cublasSetMathMode", &c.cublasSetMathMode) ||
         !find(library, lacking = "cublasSgemm_v2", &c.cublasSgemm) ||
         !find(library, lacking = "cublasGemmEx", &c.cublasGemmEx)) {
         dlclose(library);
@@ -114,6 +115,9 @@ autotune_status autotune_gemm_cublas_gemm(const autotune_cublas* cublas, autotun
         slot->tried = 1;
         cublasHandle_t handle = NULL;
         slot->create_status = cublas->cublasCreate(&handle);
+        if (slot->create_status == CUBLAS_STATUS_SUCCESS) /* fp16 and bf16 partial sums reduced in fp32 */
+            slot->create_status = cublas->cublasSetMathMode(
+                handle, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
         if (slot->create_status == CUBLAS_STATUS_SUCCESS)
             slot->handle = handle;
     }

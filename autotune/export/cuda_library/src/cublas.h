@@ -19,6 +19,8 @@ enum {
     CUDA_R_16F = 2,
     CUDA_R_16BF = 14,
     CUBLAS_COMPUTE_32F = 68,   /* cublasComputeType_t: fp32 accumulation, no TF32 */
+    CUBLAS_DEFAULT_MATH = 0,   /* cublasMath_t */
+    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
     CUBLAS_GEMM_DEFAULT = -1   /* cublasGemmAlgo_t */
 };
 
@@ -27,6 +29,7 @@ typedef struct autotune_cublas {
     const char* library; /* the file loaded, e.g. "libcublas.so.12" */
     cublasStatus_t (*cublasCreate)(cublasHandle_t* handle);
     cublasStatus_t (*cublasSetStream)(cublasHandle_t handle, CUstream stream);
+    cublasStatus_t (*cublasSetMathMode)(cublasHandle_t handle, int mode);
     cublasStatus_t (*cublasSgemm)(cublasHandle_t handle, int transa, int transb, int m, int n, int k,
                                   const float* alpha, const float* A, int lda, const float* B, int ldb,
                                   const float* beta, float* C, int ldc);
@@ -51,7 +54,8 @@ const autotune_cublas* autotune_gemm_cublas(void);
 const char* autotune_gemm_cublas_absence(void);
 
 /* The call's C = alpha * op(A) op(B) + beta * C by cuBLAS on the call's stream, through the context's
-   handle (made on the context's first cuBLAS call). Row-major C is column-major C^T = op(B)^T op(A)^T and
+   handle (made on the context's first cuBLAS call, its reductions kept in fp32 as the tuned kernels keep
+   theirs: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION). Row-major C is column-major C^T = op(B)^T op(A)^T and
    a row-major matrix is its transpose column-major with the same leading dimension, so cuBLAS gets B
    before A, each with its own transpose and leading dimension, and m and n swapped. *ran is 0 where the
    context has no handle (cublasCreate failed in it): then nothing was enqueued and the caller runs the
