@@ -325,3 +325,34 @@ def test_explain_says_a_cpu_call_runs_pytorch_s_matmul():
     assert decision.uses_cublas and decision.shape == (6, 5, 4) and "cpu" in decision.reason
     with pytest.raises(InputError, match="b.shape"):
         at.explain(torch.ones(2, 3), torch.ones(4, 5))
+
+
+def test_a_repeated_call_that_went_to_pytorch_s_matmul_goes_there_again_without_the_checks(monkeypatch):
+    from pathlib import Path
+
+    from autotune.runtime import Runtime, devices
+    from autotune.select.kernel_table import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
+    device = _device_with_launches(monkeypatch, table, [])
+    monkeypatch.setattr(device, "cublas", lambda a, b, c, alpha, beta, stream: devices._torch_gemm(a, b, c, alpha, beta),
+                        raising=False)
+    runtime = Runtime(device, (table, "the shipped table"))
+    decided = []
+    decide = runtime._decide
+    monkeypatch.setattr(runtime, "_decide", lambda *operands: decided.append(operands) or decide(*operands))
+    a, b = torch.randn(33, 129), torch.randn(129, 65)  # n = 65, outside the tuned range: PyTorch's matmul
+    torch.testing.assert_close(runtime.gemm(a, b), a @ b)
+    assert len(decided) == 1
+    torch.testing.assert_close(runtime.gemm(a, b, alpha=2.0), 2.0 * (a @ b))
+    assert len(decided) == 1  # the same layout: straight to PyTorch
+    torch.testing.assert_close(runtime.gemm(a, b.t().contiguous().t()), a @ b)  # b column-major: decided again
+    torch.testing.assert_close(runtime.gemm(a.reshape(3, 11, 129), b), (a @ b).reshape(3, 11, 65))
+    assert len(decided) == 3
+    with pytest.raises(InputError, match="requires grad"):
+        runtime.gemm(a.requires_grad_(), b)
+    with pytest.raises(InputError, match="beta"):
+        runtime.gemm(a.detach(), b, beta=0.5)  # no out to scale: the full checks
+    runtime._table_again("f32", (33, 65, 129), "row")  # a new table: every layout decided again
+    torch.testing.assert_close(runtime.gemm(a.detach(), b), a.detach() @ b)
+    assert len(decided) == 4

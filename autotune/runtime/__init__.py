@@ -24,8 +24,8 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, gemm_shape, HostCost, net_of_host_cost
-from autotune.runtime.operands import (Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory, torch_element,
-                                       torch_operand)
+from autotune.runtime.operands import (Operand, flat_rows, is_torch, overlaps, refuse_autograd, refuse_host_memory,
+                                       torch_element, torch_operand)
 from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
 from autotune.runtime.tuning import Tuner, TuningSettings, search_commands, searchable
 from autotune.select.kernel_table import KernelTable, read_table
@@ -52,6 +52,7 @@ class Runtime:
         self._decisions: dict[tuple, Decision] = {}
         self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
         self._layer_rows: dict[tuple, int | None] = {}  # kernel_rows' answers
+        self._torch_fallbacks: set[tuple] = set()  # layouts of tensor pairs gemm gave to PyTorch's matmul
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -90,6 +91,7 @@ class Runtime:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
             self._choice, self._decisions, self._tensor_decisions, self._layer_rows = choice, {}, {}, {}
+            self._torch_fallbacks = set()
 
     @property
     def choice(self) -> TableChoice:
@@ -103,7 +105,14 @@ class Runtime:
     def gemm(self, a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
         """``out = alpha * a @ b + beta * out``; a new ``out`` when none is given (then beta must be 0).
         An ``a`` of more than two dimensions (``... x k``) is one ``m x k`` matrix of its rows, and the
-        result (or ``out``) is ``... x n``."""
+        result (or ``out``) is ``... x n``.
+
+        A repeated call on two PyTorch matrices of a layout that went to PyTorch's matmul before (no ``out``)
+        goes there again at once, with no checks but autograd's: its host time is about ``torch.mm``'s."""
+        fallback = _torch_pair(a, b) if out is None and beta == 0 else None
+        if fallback in self._torch_fallbacks:
+            refuse_autograd(a, b)
+            return torch_product(a, b, alpha)
         batch = _batch_shape(a, out)
         left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
         refuse_autograd(a, b)
@@ -113,6 +122,8 @@ class Runtime:
         stream = self.device.stream(a)
         if decision.kernel is None:
             self.device.cublas(left, right, target, alpha, beta, stream)
+            if fallback is not None:
+                self._torch_fallbacks.add(fallback)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
         if out is not None:
@@ -202,6 +213,22 @@ class Runtime:
             if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
                 tuner.request(decision.dtype, decision.shape, decision.layout)
         return decision
+
+
+def _torch_pair(a: Any, b: Any) -> tuple | None:
+    """What decides a call on two PyTorch matrices (shapes, strides, dtypes, devices, alignment); None for
+    anything else."""
+    if not (is_torch(a) and is_torch(b)) or a.dim() != 2 or b.dim() != 2:
+        return None
+    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+            a.data_ptr() % ALIGNMENT, b.data_ptr() % ALIGNMENT)
+
+
+def torch_product(a: Any, b: Any, alpha: float) -> Any:
+    """``alpha * a @ b`` by PyTorch, as the runtime's cuBLAS path computes it (alpha applied inside the GEMM)."""
+    if alpha == 1.0:
+        return a.mm(b)
+    return a.new_empty((a.shape[0], b.shape[1])).addmm_(a, b, beta=0.0, alpha=alpha)
 
 
 def _batch_shape(a: Any, out: Any) -> tuple[int, ...] | None:
