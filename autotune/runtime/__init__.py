@@ -52,7 +52,6 @@ class Runtime:
         self._decisions: dict[tuple, Decision] = {}
         self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
         self._layer_rows: dict[tuple, int | None] = {}  # kernel_rows' answers
-        self._torch_fallbacks: set[tuple] = set()  # layouts of tensor pairs gemm gave to PyTorch's matmul
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -91,7 +90,6 @@ class Runtime:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
             self._choice, self._decisions, self._tensor_decisions, self._layer_rows = choice, {}, {}, {}
-            self._torch_fallbacks = set()
 
     @property
     def choice(self) -> TableChoice:
@@ -107,12 +105,11 @@ class Runtime:
         An ``a`` of more than two dimensions (``... x k``) is one ``m x k`` matrix of its rows, and the
         result (or ``out``) is ``... x n``.
 
-        A repeated call on two PyTorch matrices of a layout that went to PyTorch's matmul before (no ``out``)
-        goes there again at once, with no checks but autograd's: its host time is about ``torch.mm``'s."""
-        fallback = _torch_pair(a, b) if out is None and beta == 0 else None
-        if fallback in self._torch_fallbacks:
+        Two PyTorch matrices (no ``out``) that the table leaves to cuBLAS go to ``torch.mm`` after the decision
+        kept for their layout (:meth:`tensor_decision`) and autograd's check: about ``torch.mm``'s host time."""
+        if out is None and beta == 0 and _torch_matrices(a, b) and self.tensor_decision(a, b).kernel is None:
             refuse_autograd(a, b)
-            return torch_product(a, b, alpha)
+            return _torch_product(a, b, alpha)
         batch = _batch_shape(a, out)
         left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
         refuse_autograd(a, b)
@@ -122,8 +119,6 @@ class Runtime:
         stream = self.device.stream(a)
         if decision.kernel is None:
             self.device.cublas(left, right, target, alpha, beta, stream)
-            if fallback is not None:
-                self._torch_fallbacks.add(fallback)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
         if out is not None:
@@ -215,16 +210,12 @@ class Runtime:
         return decision
 
 
-def _torch_pair(a: Any, b: Any) -> tuple | None:
-    """What decides a call on two PyTorch matrices (shapes, strides, dtypes, devices, alignment); None for
-    anything else."""
-    if not (is_torch(a) and is_torch(b)) or a.dim() != 2 or b.dim() != 2:
-        return None
-    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
-            a.data_ptr() % ALIGNMENT, b.data_ptr() % ALIGNMENT)
+def _torch_matrices(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are 2-D PyTorch tensors on one device (else the full checks say what is wrong)."""
+    return is_torch(a) and is_torch(b) and a.dim() == 2 and b.dim() == 2 and a.device == b.device
 
 
-def torch_product(a: Any, b: Any, alpha: float) -> Any:
+def _torch_product(a: Any, b: Any, alpha: float) -> Any:
     """``alpha * a @ b`` by PyTorch, as the runtime's cuBLAS path computes it (alpha applied inside the GEMM)."""
     if alpha == 1.0:
         return a.mm(b)
