@@ -356,3 +356,39 @@ def test_a_repeated_call_that_went_to_pytorch_s_matmul_goes_there_again_without_
     runtime._table_again("f32", (33, 65, 129), "row")  # a new table: every layout decided again
     torch.testing.assert_close(runtime.gemm(a.detach(), b), a.detach() @ b)
     assert len(decided) == 4
+
+
+def test_a_repeated_call_of_a_kernel_layout_launches_by_its_route_and_an_overlapping_out_is_still_refused(monkeypatch):
+    from pathlib import Path
+
+    from autotune.runtime import Runtime, routes
+    from autotune.select.kernel_table import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
+    shape = _few_row_kernel_shape(table)
+    pick = table.dtypes["f16"].pick(*shape)
+    device = _device_with_launches(monkeypatch, table, [("f16", shape)])
+    runtime = Runtime(device, (table, "the shipped table"))
+    decided = []
+    decide = runtime._decide
+    monkeypatch.setattr(runtime, "_decide", lambda *operands: decided.append(operands) or decide(*operands))
+    m, n, k = shape
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    first, second = runtime.gemm(a, b), runtime.gemm(a, b, alpha=0.5)
+    assert len(decided) == 1 and first.shape == second.shape == (m, n) and first.data_ptr() != second.data_ptr()
+    block = torch.empty(m * k + m * n, dtype=torch.float16)  # a, then room for an out apart from it or on it
+    in_block = block[:m * k].view(m, k)
+    in_block.copy_(a)
+    out = torch.empty(m, n, dtype=torch.float16)
+    assert runtime.gemm(in_block, b, out=out, beta=1.0) is out
+    assert runtime.gemm(in_block, b, out=out) is out  # the route of an out of this layout
+    assert len(decided) == 2
+    assert type(runtime._routes[routes.layout_key(in_block, b, out, None)]) is routes.TorchKernel
+    with pytest.raises(InputError, match="shares no memory"):  # same layout, but out's first 16 bytes are a's last
+        runtime.gemm(in_block, b, out=block[m * k - 8:m * k - 8 + m * n].view(m, n))
+    with pytest.raises(InputError, match="requires grad"):
+        runtime.gemm(a.clone().requires_grad_(), b)
+    calls = device._launches[(pick.kernel, *shape)].calls
+    assert [call[4:] for call in calls] == [(2, 1.0, 0.0), (2, 0.5, 0.0), (2, 1.0, 1.0), (2, 1.0, 0.0)]
+    assert calls[1][1:4] == (a.data_ptr(), b.data_ptr(), second.data_ptr())
+    assert calls[3][1:4] == (in_block.data_ptr(), b.data_ptr(), out.data_ptr())

@@ -37,7 +37,7 @@ _CUBLAS_POINTER_MODE_HOST = 0
 _CUBLAS_COMPUTE_32F = 68
 _CUBLAS_GEMM_DEFAULT = -1
 # Arrays whose numpy dtype says what they hold (not bf16's uint16 bit patterns): their cudaDataType.
-_CUDA_TYPES = {numpy.dtype(e.storage): e.cuda_data_type for e in ELEMENTS.values() if not stored_as_bits(e)}
+CUDA_TYPES = {numpy.dtype(e.storage): e.cuda_data_type for e in ELEMENTS.values() if not stored_as_bits(e)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +88,37 @@ def make_operands(problem: GemmProblem, seed: int) -> Operands:
     return Operands(a, b, c, cupy.empty((problem.m, problem.n), dtype=dtype))
 
 
+class CublasCall:
+    """Row-major ``c = alpha * a @ b + beta * c`` of one shape as a cuBLAS ``gemmEx`` call on device addresses
+    (``b`` stored n x k with ``transpose_b``: ``a @ b.T``), fp32 compute (no TF32), enqueued on CuPy's current
+    stream and device. Everything but the addresses and scalars is prepared once."""
+
+    def __init__(self, m: int, n: int, k: int, cuda_type: int, transpose_b: bool = False):
+        from cupy_backends.cuda.libs import cublas
+
+        self._gemm, self._pointer_mode = cublas.gemmEx, cublas.setPointerMode
+        self._ones = numpy.array([1.0, 0.0], dtype=numpy.float32)  # alpha 1, beta 0: the usual call
+        self._ones_pointer = self._ones.ctypes.data
+        # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, ld = row length. A row-major
+        # n x k B (transpose_b) is a column-major k x n matrix, which cuBLAS transposes (ld k).
+        self._head = (_CUBLAS_OP_T if transpose_b else _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k)
+        self._b, self._a, self._c = (cuda_type, k if transpose_b else n), (cuda_type, k), (cuda_type, n)
+
+    def __call__(self, a: int, b: int, c: int, alpha: float = 1.0, beta: float = 0.0) -> None:
+        if alpha == 1.0 and beta == 0.0:
+            pointer = self._ones_pointer
+        else:
+            scalars = numpy.array([alpha, beta], dtype=numpy.float32)  # read before gemmEx returns (host mode)
+            pointer = scalars.ctypes.data
+        handle = cupy.cuda.device.get_cublas_handle()
+        self._pointer_mode(handle, _CUBLAS_POINTER_MODE_HOST)
+        self._gemm(handle, *self._head, pointer, b, *self._b, a, *self._a, pointer + 4, c, *self._c,
+                   _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
+
+
 class CublasGemm:
-    """``c = alpha * a @ b + beta * c`` (row-major) as one cuBLAS ``gemmEx`` call; with ``transpose_b``,
-    ``b`` is stored n x k and the product is ``a @ b.T`` (layout "nt").
+    """``c = alpha * a @ b + beta * c`` (row-major) as one cuBLAS ``gemmEx`` call (:class:`CublasCall`); with
+    ``transpose_b``, ``b`` is stored n x k and the product is ``a @ b.T`` (layout "nt").
 
     fp32, fp16 and bf16 storage, fp32 compute (no TF32). Arguments are prepared once so
     a call costs the host little; the call is enqueued on the current stream. ``element``
@@ -105,8 +133,8 @@ class CublasGemm:
             raise ValueError(f"shapes do not chain: {a.shape} @ {b.shape}{'.T' if transpose_b else ''} -> {c.shape}")
         if element is not None and a.dtype == numpy.dtype(element.storage):
             cuda_type = element.cuda_data_type
-        elif element is None and a.dtype in _CUDA_TYPES:
-            cuda_type = _CUDA_TYPES[a.dtype]
+        elif element is None and a.dtype in CUDA_TYPES:
+            cuda_type = CUDA_TYPES[a.dtype]
         else:
             raise ValueError(f"dtypes {a.dtype}, {b.dtype}, {c.dtype}: need one of float32, float16, or bf16 bits "
                              "(uint16) with its element type")
@@ -114,26 +142,12 @@ class CublasGemm:
             raise ValueError(f"dtypes {a.dtype}, {b.dtype}, {c.dtype}: need one dtype for a, b and c")
         if not all(x.flags.c_contiguous for x in (a, b, c)):
             raise ValueError("operands must be C-contiguous")
-        from cupy_backends.cuda.libs import cublas
-
-        self._cublas = cublas
         self._keep = (a, b, c)
-        self._scalars = numpy.array([alpha, beta], dtype=numpy.float32)
-        alpha_ptr = self._scalars.ctypes.data
-        # Row-major C = A B is column-major C^T = B^T A^T: swap the operands, ld = row length. A row-major
-        # n x k B (transpose_b) is a column-major k x n matrix, which cuBLAS transposes (ld k).
-        self._args = (
-            _CUBLAS_OP_T if transpose_b else _CUBLAS_OP_N, _CUBLAS_OP_N, n, m, k,
-            alpha_ptr, b.data.ptr, cuda_type, k if transpose_b else n,
-            a.data.ptr, cuda_type, k,
-            alpha_ptr + 4, c.data.ptr, cuda_type, n,
-            _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT,
-        )  # fmt: skip
+        self._call = CublasCall(m, n, k, cuda_type, transpose_b)
+        self._pointers, self._alpha, self._beta = (a.data.ptr, b.data.ptr, c.data.ptr), alpha, beta
 
     def __call__(self) -> None:
-        handle = cupy.cuda.device.get_cublas_handle()
-        self._cublas.setPointerMode(handle, _CUBLAS_POINTER_MODE_HOST)
-        self._cublas.gemmEx(handle, *self._args)
+        self._call(*self._pointers, self._alpha, self._beta)
 
 
 def reference(problem: GemmProblem, operands: Operands) -> cupy.ndarray:

@@ -24,8 +24,9 @@ from typing import Any
 
 from autotune.errors import InputError
 from autotune.runtime.dispatch import ALIGNMENT, Decision, TableChoice, decide, gemm_shape, HostCost, net_of_host_cost
-from autotune.runtime.operands import (Operand, flat_rows, is_torch, overlaps, refuse_autograd, refuse_host_memory,
+from autotune.runtime.operands import (Operand, flat_rows, overlaps, refuse_autograd, refuse_host_memory,
                                        torch_element, torch_operand)
+from autotune.runtime.routes import Route, layout_key, route_for
 from autotune.runtime.sources import TABLE_VARIABLE, check_arch, choose_table
 from autotune.runtime.tuning import Tuner, TuningSettings, search_commands, searchable
 from autotune.select.kernel_table import KernelTable, read_table
@@ -52,6 +53,7 @@ class Runtime:
         self._decisions: dict[tuple, Decision] = {}
         self._tensor_decisions: dict[tuple, Decision] = {}  # gemm_tensors' decisions, by the tensors' layout
         self._layer_rows: dict[tuple, int | None] = {}  # kernel_rows' answers
+        self._routes: dict[tuple, Route | None] = {}  # gemm's routes, by the layout of the operands (None: none)
         self._lock = threading.Lock()
         self.tuner: Tuner | None = None
         if tuning is not None:
@@ -89,7 +91,8 @@ class Runtime:
             if not pick.cublas:
                 self.device.warm(dtype_table.kernel(pick.kernel), choice.table.arch)
         with self._lock:
-            self._choice, self._decisions, self._tensor_decisions, self._layer_rows = choice, {}, {}, {}
+            self._choice, self._decisions, self._tensor_decisions, self._layer_rows, self._routes = \
+                choice, {}, {}, {}, {}
 
     @property
     def choice(self) -> TableChoice:
@@ -105,11 +108,15 @@ class Runtime:
         An ``a`` of more than two dimensions (``... x k``) is one ``m x k`` matrix of its rows, and the
         result (or ``out``) is ``... x n``.
 
-        Two PyTorch matrices (no ``out``) that the table leaves to cuBLAS go to ``torch.mm`` after the decision
-        kept for their layout (:meth:`tensor_decision`) and autograd's check: about ``torch.mm``'s host time."""
-        if out is None and beta == 0 and _torch_matrices(a, b) and self.tensor_decision(a, b).kernel is None:
-            refuse_autograd(a, b)
-            return _torch_product(a, b, alpha)
+        A call whose operands have the layout of an earlier one (2-D CuPy arrays or PyTorch tensors) takes the
+        route kept for it (:mod:`autotune.runtime.routes`): about cuBLAS's own host time."""
+        key = layout_key(a, b, out, self.device.array_type) if out is not None or beta == 0 else None
+        if key is not None:
+            route = self._routes.get(key)
+            if route is not None:
+                result = route(a, b, out, alpha, beta)
+                if result is not None:
+                    return result
         batch = _batch_shape(a, out)
         left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
         refuse_autograd(a, b)
@@ -121,6 +128,10 @@ class Runtime:
             self.device.cublas(left, right, target, alpha, beta, stream)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
+        if key is not None and batch is None and len(left.shape) == len(getattr(a, "shape", ())) \
+                and (out is None or len(out.shape) == 2):
+            arch = self.choice.table.arch if decision.kernel is not None else None
+            self._routes[key] = route_for(self.device, arch, left, right, target, decision)
         if out is not None:
             return out
         return result if batch is None else result.reshape(*batch, result.shape[-1])
@@ -208,18 +219,6 @@ class Runtime:
             if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
                 tuner.request(decision.dtype, decision.shape, decision.layout)
         return decision
-
-
-def _torch_matrices(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are 2-D PyTorch tensors on one device (else the full checks say what is wrong)."""
-    return is_torch(a) and is_torch(b) and a.dim() == 2 and b.dim() == 2 and a.device == b.device
-
-
-def _torch_product(a: Any, b: Any, alpha: float) -> Any:
-    """``alpha * a @ b`` by PyTorch, as the runtime's cuBLAS path computes it (alpha applied inside the GEMM)."""
-    if alpha == 1.0:
-        return a.mm(b)
-    return a.new_empty((a.shape[0], b.shape[1])).addmm_(a, b, beta=0.0, alpha=alpha)
 
 
 def _batch_shape(a: Any, out: Any) -> tuple[int, ...] | None:

@@ -28,10 +28,13 @@ from autotune.select.kernel_table import TableError, TableKernel
 class CupyDevice:
     """One CUDA device, driven through CuPy in the calling process."""
 
+    array_type: type | None = None  # cupy.ndarray: the arrays of CuPy routes (autotune.runtime.routes)
+
     def __init__(self, index: int):
         import cupy
 
         self.cupy = cupy
+        self.array_type = cupy.ndarray
         self.index = index
         props = cupy.cuda.runtime.getDeviceProperties(index)
         name = props["name"]
@@ -189,6 +192,8 @@ def _torch_gemm(a: Operand, b: Operand, c: Operand, alpha: float, beta: float) -
 
 class HostDevice:
     """A stand-in GPU on the host: NumPy computes each call; ``calls`` records what would have run."""
+
+    array_type = None  # no routes: every call takes the full path
 
     def __init__(self, name: str = "NVIDIA H200", arch: str = "sm_90", index: int = 0):
         self.name, self.arch, self.index = name, arch, index
