@@ -70,6 +70,11 @@
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
 #                                       .pg/postgresql.tgz (a relocatable tree with bin/initdb, bin/pg_ctl)
+#   bench/h200.sh held-out DTYPE:FAMILY:MIN_M:MAX_M...  a search per shape of the held-out set (llm-held-out)
+#                                       of MIN_M to MAX_M rows with FAMILY (HELD_OUT_TRIALS per shape, default 150;
+#                                       HELD_OUT_TIMEOUT=S stops each sweep after S seconds), cuBLAS beside each, e.g.
+#                                       f16:hgemm_wgmma:1:16384 f16:hgemm_gemv:1:16; each shape's 3 best configs
+#                                       exported to $OUT/held_out_results.jsonl
 #   bench/h200.sh gemv                  sgemm_gemv (M <= 8) swept at the LLM set's shapes of at most 8 rows
 #                                       (GEMV_TRIALS per shape, default 40; top 3 kept), its best configs then
 #                                       timed at the held-out set's few-row shapes (--cross-from), cuBLAS beside
@@ -260,6 +265,21 @@ while [ $# -gt 0 ]; do
             fi
             python3 bench/sgemm_compilers.py --shape 4096 --rounds "${COMPILERS_ROUNDS:-14}" "${sources[@]}"
         } 2>&1 | tee "$OUT/compilers.log" || status=1
+        ;;
+    held-out)
+        # DTYPE:FAMILY:MIN_M:MAX_M: a search per held-out shape of MIN_M to MAX_M rows
+        while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do
+            IFS=: read -r dtype family low high <<< "$1"; shift
+            shapes="$OUT/held_out_${dtype}_${family}.txt"
+            python3 -c 'import sys; from autotune.shapes import read_shapes
+low, high = int(sys.argv[1]), int(sys.argv[2])
+print("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes("llm-held-out") if low <= m <= high), end="")' \
+                "$low" "$high" > "$shapes"
+            python3 -m autotune sweep --gpu h200 --dtype "$dtype" --family "$family" --shapes "$shapes" --top 0 \
+                --trials "${HELD_OUT_TRIALS:-150}" --db "$DB" ${HELD_OUT_TIMEOUT:+--timeout "$HELD_OUT_TIMEOUT"} \
+                2>&1 | tee "$OUT/held_out_${dtype}_${family}.log" || status=1
+        done
+        python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/held_out_results.jsonl" || status=1
         ;;
     gemv)
         python3 -c 'from autotune.shapes import read_shapes
