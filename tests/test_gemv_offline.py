@@ -107,17 +107,20 @@ def test_seeds_and_staged_configs_compile_for_sm90_without_spills(pool):
 
 
 def test_a_sample_of_the_staged_space_compiles_for_sm90_without_spills(pool):
-    """Each value of each knob among feasible staged configs at 8x4096x11008 and 1x4096x4096."""
+    """Each value of each knob, once, among feasible staged configs at 8x4096x11008 or 1x4096x4096."""
     space = load_space("sgemm_gemv")
     rng = random.Random(5)
+    feasible = list(dict.fromkeys(c for shape in ((8, 4096, 11008), (1, 4096, 4096))
+                                  for c in feasible_configs(space, H200, GemmProblem(*shape, "f32")) if c["A_ROWS"]))
     configs = []
-    for shape in ((8, 4096, 11008), (1, 4096, 4096)):
-        feasible = [c for c in feasible_configs(space, H200, GemmProblem(*shape, "f32")) if c["A_ROWS"]]
-        for knob, values in space.knobs.items():
-            for value in values:
-                having = [c for c in feasible if c[knob] == value]
-                configs += rng.sample(having, min(1, len(having)))
-    configs = list(dict.fromkeys(configs))
+    for knob, values in space.knobs.items():
+        for value in values:
+            if any(c[knob] == value for c in configs):
+                continue  # a config sampled for another knob has it
+            having = [c for c in feasible if c[knob] == value]
+            configs += rng.sample(having, min(1, len(having)))
+    assert all(any(c[knob] == value for c in configs) for knob, values in space.knobs.items() for value in values
+               if any(c[knob] == value for c in feasible))
     sources = [render(space, config, H200) for config in configs]
     over = []
     for config, compiled in zip(configs, pool.map(sources, "sm_90")):
@@ -131,12 +134,26 @@ def test_a_sample_of_the_staged_space_compiles_for_sm90_without_spills(pool):
 
 # -- the kernels run on the CPU -----------------------------------------------------------------------------------
 
-def build_on_host(space, config, folder):
-    source = render(space, config, H200)
-    return build([(source.code, source.entry, "float")], folder)
+class HostKernels:
+    """The staged configs and the seeds, compiled by the host's compiler into one program (one compile for the
+    module's tests); ``binary`` and each config's ``index`` in it."""
+
+    def __init__(self, space, configs, folder):
+        self.configs = list(dict.fromkeys(configs))
+        sources = [render(space, config, H200) for config in self.configs]
+        self.binary = build([(source.code, source.entry, "float") for source in sources], folder)
+
+    def index(self, config) -> int:
+        return self.configs.index(config)
 
 
-def run_on_host(binary, space, config, shape, alpha, beta, eager, a_offset=0, b_offset=0, seed=0):
+@pytest.fixture(scope="module")
+def host_kernels(tmp_path_factory):
+    space = load_space("sgemm_gemv")
+    return HostKernels(space, [*staged_configs(space), *space.seeds], tmp_path_factory.mktemp("gemv_host"))
+
+
+def run_on_host(kernels, space, config, shape, alpha, beta, eager, a_offset=0, b_offset=0, seed=0):
     """C from the kernel run on the CPU at ``shape``, and the fp64 reference; C is NaN where beta is 0."""
     m, n, k = shape
     rng = numpy.random.default_rng(seed)
@@ -146,8 +163,8 @@ def run_on_host(binary, space, config, shape, alpha, beta, eager, a_offset=0, b_
     launch = space.launch(config, H200, GemmProblem(m, n, k, "f32", alpha=alpha, beta=beta))
     cluster = config["SPLIT_K"]
     assert launch.grid[0] % cluster == 0
-    out = run(binary, 0, "float", a, b, c, alpha, beta, launch.grid[:2], launch.block[0], cluster, eager,
-              a_offset, b_offset, what=config.name)
+    out = run(kernels.binary, kernels.index(config), "float", a, b, c, alpha, beta, launch.grid[:2], launch.block[0],
+              cluster, eager, a_offset, b_offset, what=config.name)
     a64, b64 = a.astype(numpy.float64), b.astype(numpy.float64)
     reference = alpha * a64 @ b64 + (beta * c.astype(numpy.float64) if beta else 0.0)
     scale = abs(alpha) * numpy.abs(a64) @ numpy.abs(b64) + (abs(beta) * numpy.abs(c) if beta else 0.0)
@@ -169,58 +186,54 @@ HOST_SHAPES = [(1, 1, 1), (3, 130, 17), (8, 132, 1031), (5, 257, 2052), (2, 64, 
 
 @needs_compiler
 @pytest.mark.parametrize("index", range(len(STAGED)))
-def test_staged_kernels_compute_c_on_the_cpu(index, tmp_path):
+def test_staged_kernels_compute_c_on_the_cpu(index, host_kernels):
     space = load_space("sgemm_gemv")
     config = space.config(STAGED[index])
-    binary = build_on_host(space, config, tmp_path)
     for i, shape in enumerate(HOST_SHAPES):
         if i % 3 != index % 3 and i:  # each config a third of the shapes (and 1x1x1); every shape, three configs
             continue
         alpha, beta = ((1.0, 0.0), (-1.5, 0.5))[(i + index) % 2]
         eager = (i + index // 2) % 2 == 0  # copies at the issue and at the wait, each half the runs
-        out, reference, scale = run_on_host(binary, space, config, shape, alpha, beta, eager, seed=i)
+        out, reference, scale = run_on_host(host_kernels, space, config, shape, alpha, beta, eager, seed=i)
         assert_close(config, shape, out, reference, scale)
 
 
 @needs_compiler
 @pytest.mark.parametrize("seed_index", range(4, 9))
-def test_staged_seeds_compute_c_on_the_cpu(seed_index, tmp_path):
+def test_staged_seeds_compute_c_on_the_cpu(seed_index, host_kernels):
     """The staged seeds at shapes of the GPU test's kind: rows past MAX_M, N of no strip, K of no chunk."""
     space = load_space("sgemm_gemv")
     config = space.seeds[seed_index]
     assert config["A_ROWS"]
-    binary = build_on_host(space, config, tmp_path)
     for i, shape in enumerate([(9, 300, 1100), (3, 1001, 129), (1, 7, 5)]):
         alpha, beta = ((1.0, 0.0), (-1.5, 0.5))[(i + seed_index) % 2]
-        out, reference, scale = run_on_host(binary, space, config, shape, alpha, beta, beta == 0, seed=i)
+        out, reference, scale = run_on_host(host_kernels, space, config, shape, alpha, beta, beta == 0, seed=i)
         assert_close(config, shape, out, reference, scale)
 
 
 @needs_compiler
 @pytest.mark.parametrize("index", [0, 2, 7])
-def test_staged_kernels_take_misaligned_a_and_b(index, tmp_path):
+def test_staged_kernels_take_misaligned_a_and_b(index, host_kernels):
     """A one float past a 16-byte boundary: 4-byte copies; B so too: scalar loads (the launcher never passes
     these, but the kernel does not rely on it)."""
     space = load_space("sgemm_gemv")
     config = space.config(STAGED[index])
-    binary = build_on_host(space, config, tmp_path)
     for shape in ((4, 136, 1028), (1, 36, 300)):
         for eager in (False, True):
-            out, reference, scale = run_on_host(binary, space, config, shape, 0.5, 0.25, eager, a_offset=1,
+            out, reference, scale = run_on_host(host_kernels, space, config, shape, 0.5, 0.25, eager, a_offset=1,
                                                 b_offset=1 + int(eager))
             assert_close(config, shape, out, reference, scale)
 
 
 @needs_compiler
 @pytest.mark.parametrize("seed_index", range(4))
-def test_the_l1_kernel_of_the_first_seeds_computes_c_on_the_cpu(seed_index, tmp_path):
+def test_the_l1_kernel_of_the_first_seeds_computes_c_on_the_cpu(seed_index, host_kernels):
     """The kernel the shipped results measured (A_ROWS 0: unchanged, one block along y), at shapes its rules admit."""
     space = load_space("sgemm_gemv")
     config = space.seeds[seed_index]
     assert config["A_ROWS"] == 0
-    binary = build_on_host(space, config, tmp_path)
     top = config["MAX_M"]
     for i, shape in enumerate([(1, 64, 100), (top, 128, 333), (max(1, top - 1), 132, 70), (min(3, top), 4, 17)]):
         assert space.check(config, H200, GemmProblem(*shape, "f32")).feasible, shape
-        out, reference, scale = run_on_host(binary, space, config, shape, -1.5, 0.5 if i % 2 else 0.0, False, seed=i)
+        out, reference, scale = run_on_host(host_kernels, space, config, shape, -1.5, 0.5 if i % 2 else 0.0, False, seed=i)
         assert_close(config, shape, out, reference, scale)
