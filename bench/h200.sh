@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's GPU check, run on an H200 from the repository root.
 #
-#   bench/h200.sh tests                 the GPU test suite (pytest -m gpu; TESTS_K=EXPR selects with -k)
+#   bench/h200.sh tests                 the GPU test suite (pytest -m gpu, in one process; TESTS_K=EXPR selects with -k)
 #   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE[:LAYOUT]]]...  searches, e.g. 4096:150 1024:100:f16
 #                                       4096:60:f16:pareto 4096:60:f16:time:nt (f32, time and row by default;
 #                                       SEARCH_TIMEOUT=S limits each search to S seconds)
@@ -117,7 +117,7 @@ while [ $# -gt 0 ]; do
     mode=$1; shift
     case $mode in
     tests)
-        python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1
+        python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1
         ;;
     search)
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do

@@ -89,8 +89,10 @@ def session_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(session_cache, tmp_path_factory, monkeypatch):
-    """Keep the cubin cache and the default database out of the user's home."""
+    """Keep the cubin cache and the default database out of the user's home, and the output's width the same
+    wherever the tests run ($COLUMNS unset: a test that wants a width sets it)."""
     monkeypatch.setenv("AUTOTUNE_CACHE", str(session_cache))
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.getbasetemp() / "data"))
 
 
