@@ -70,6 +70,8 @@
 #                                       process per entry of DEVICES (default 0,0; bench/shared_study.py).
 #                                       Server binaries: initdb and pg_ctl on PATH, or the packed server in
 #                                       .pg/postgresql.tgz (a relocatable tree with bin/initdb, bin/pg_ctl)
+#   bench/h200.sh cublas-kernels DTYPE:SHAPE...  the kernels cuBLAS runs at each shape (the gemmEx call searches
+#                                       time against), their names and time per call (bench/cublas_kernels.py)
 #   bench/h200.sh held-out DTYPE:FAMILY:MIN_M:MAX_M...  a search per shape of the held-out set (llm-held-out)
 #                                       of MIN_M to MAX_M rows with FAMILY (HELD_OUT_TRIALS per shape, default 150;
 #                                       HELD_OUT_TIMEOUT=S stops each sweep after S seconds), cuBLAS beside each, e.g.
@@ -265,6 +267,11 @@ while [ $# -gt 0 ]; do
             fi
             python3 bench/sgemm_compilers.py --shape 4096 --rounds "${COMPILERS_ROUNDS:-14}" "${sources[@]}"
         } 2>&1 | tee "$OUT/compilers.log" || status=1
+        ;;
+    cublas-kernels)
+        cases=()
+        while [ $# -gt 0 ] && [[ $1 == *:* ]]; do cases+=("$1"); shift; done
+        python3 bench/cublas_kernels.py "${cases[@]}" --out "$OUT" 2>&1 | tee "$OUT/cublas_kernels.log" || status=1
         ;;
     held-out)
         # DTYPE:FAMILY:MIN_M:MAX_M: a search per held-out shape of MIN_M to MAX_M rows
