@@ -40,11 +40,9 @@ class Route:
     another device is current): the full path then runs it, or says what is wrong."""
 
     def __init__(self, a: Operand, b: Operand, c: Operand, decision: Decision):
-        m, n, k = decision.shape
-        self.shape = decision.shape
-        itemsize = a.itemsize
-        self.itemsize = itemsize
-        self._bytes = (m * k * itemsize, k * n * itemsize, m * n * itemsize)  # each operand is one dense block
+        m, n, k = self.shape = decision.shape
+        self.itemsize = a.itemsize
+        self._bytes = tuple(size * self.itemsize for size in (m * k, k * n, m * n))  # each operand one dense block
 
     def overlapping(self, a: int, b: int, out: int) -> bool:
         """Whether ``out``'s block overlaps ``a``'s or ``b``'s (device addresses)."""
@@ -89,47 +87,54 @@ class TorchMatmul(Route):
         return out
 
 
-class CupyKernel(Route):
-    """CuPy arrays to a tuned kernel, launched on CuPy's current stream."""
+class _CupyRoute(Route):
+    """CuPy arrays on the device that is current (where CuPy allocates and cuBLAS runs)."""
 
-    def __init__(self, device, arch: str, a: Operand, b: Operand, c: Operand, decision: Decision):
+    def __init__(self, device, a: Operand, b: Operand, c: Operand, decision: Decision):
         super().__init__(a, b, c, decision)
-        self.device, self.arch, self.kernel, self.dtype = device, arch, decision.kernel, a.element
+        self.device, self.dtype = device, a.element
 
-    def __call__(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
+    def target(self, a: Any, b: Any, out: Any) -> Any:
+        """``out``, or a new array where it is None; None where this call needs the full path."""
         cupy = self.device.cupy
         if cupy.cuda.runtime.getDevice() != self.device.index:
             return None
         if out is None:
-            out = cupy.empty((self.shape[0], self.shape[1]), dtype=self.dtype)
-        elif self.overlapping(a.data.ptr, b.data.ptr, out.data.ptr):
-            return None
-        self.device.launch_pointers(self.kernel, self.arch, self.shape, cupy.cuda.get_current_stream().ptr,
-                                    a.data.ptr, b.data.ptr, out.data.ptr, self.itemsize, alpha, beta)
+            return cupy.empty((self.shape[0], self.shape[1]), dtype=self.dtype)
+        return None if self.overlapping(a.data.ptr, b.data.ptr, out.data.ptr) else out
+
+
+class CupyKernel(_CupyRoute):
+    """CuPy arrays to a tuned kernel, launched on CuPy's current stream."""
+
+    def __init__(self, device, arch: str, a: Operand, b: Operand, c: Operand, decision: Decision):
+        super().__init__(device, a, b, c, decision)
+        self.arch, self.kernel = arch, decision.kernel
+
+    def __call__(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
+        out = self.target(a, b, out)
+        if out is not None:
+            self.device.launch_pointers(self.kernel, self.arch, self.shape,
+                                        self.device.cupy.cuda.get_current_stream().ptr, a.data.ptr, b.data.ptr,
+                                        out.data.ptr, self.itemsize, alpha, beta)
         return out
 
 
-class CupyCublas(Route):
+class CupyCublas(_CupyRoute):
     """CuPy arrays (float32 or float16) the table leaves to cuBLAS: one prepared ``gemmEx`` call (fp32
     compute), as the table's cuBLAS times were measured."""
 
     def __init__(self, device, a: Operand, b: Operand, c: Operand, decision: Decision):
-        super().__init__(a, b, c, decision)
+        super().__init__(device, a, b, c, decision)
         from autotune.gpu.measure import CUDA_TYPES, CublasCall
 
         m, n, k = decision.shape
-        self.device, self.dtype = device, a.element
         self.call = CublasCall(m, n, k, CUDA_TYPES[a.element], transpose_b=not b.row_major)
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
-        cupy = self.device.cupy
-        if cupy.cuda.runtime.getDevice() != self.device.index:
-            return None
-        if out is None:
-            out = cupy.empty((self.shape[0], self.shape[1]), dtype=self.dtype)
-        elif self.overlapping(a.data.ptr, b.data.ptr, out.data.ptr):
-            return None
-        self.call(a.data.ptr, b.data.ptr, out.data.ptr, alpha, beta)
+        out = self.target(a, b, out)
+        if out is not None:
+            self.call(a.data.ptr, b.data.ptr, out.data.ptr, alpha, beta)
         return out
 
 
