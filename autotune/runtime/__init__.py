@@ -111,12 +111,11 @@ class Runtime:
         A call whose operands have the layout of an earlier one (2-D CuPy arrays or PyTorch tensors) takes the
         route kept for it (:mod:`autotune.runtime.routes`): about cuBLAS's own host time."""
         key = layout_key(a, b, out, self.device.array_type) if out is not None or beta == 0 else None
-        if key is not None:
-            route = self._routes.get(key)
-            if route is not None:
-                result = route(a, b, out, alpha, beta)
-                if result is not None:
-                    return result
+        route = self._routes.get(key) if key is not None else None
+        if route is not None:
+            result = route(a, b, out, alpha, beta)
+            if result is not None:
+                return result
         batch = _batch_shape(a, out)
         left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
         refuse_autograd(a, b)
@@ -128,8 +127,7 @@ class Runtime:
             self.device.cublas(left, right, target, alpha, beta, stream)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
-        if key is not None and batch is None and len(left.shape) == len(getattr(a, "shape", ())) \
-                and (out is None or len(out.shape) == 2):
+        if key is not None and _matrices(a, out):
             arch = self.choice.table.arch if decision.kernel is not None else None
             self._routes[key] = route_for(self.device, arch, left, right, target, decision)
         if out is not None:
@@ -219,6 +217,11 @@ class Runtime:
             if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
                 tuner.request(decision.dtype, decision.shape, decision.layout)
         return decision
+
+
+def _matrices(a: Any, out: Any) -> bool:
+    """Whether ``a`` and ``out`` (where given) are matrices: the calls a route takes."""
+    return len(a.shape) == 2 and (out is None or len(out.shape) == 2)
 
 
 def _batch_shape(a: Any, out: Any) -> tuple[int, ...] | None:
