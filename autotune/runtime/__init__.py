@@ -108,18 +108,25 @@ class Runtime:
         An ``a`` of more than two dimensions (``... x k``) is one ``m x k`` matrix of its rows, and the
         result (or ``out``) is ``... x n``.
 
-        A call whose operands have the layout of an earlier one (2-D CuPy arrays or PyTorch tensors) takes the
+        A call whose operands have the layout of an earlier one (CuPy arrays or PyTorch tensors) takes the
         route kept for it (:mod:`autotune.runtime.routes`): about cuBLAS's own host time."""
-        key = layout_key(a, b, out, self.device.array_type) if out is not None or beta == 0 else None
-        route = self._routes.get(key) if key is not None else None
-        if route is not None:
-            result = route(a, b, out, alpha, beta)
-            if result is not None:
-                return result
         batch = _batch_shape(a, out)
-        left, right = self.device.operand(flat_rows(a, "a"), "a"), self.device.operand(b, "b")
+        rows, target = flat_rows(a, "a"), flat_rows(out, "out")
+        key = layout_key(rows, b, target, self.device.array_type) if out is not None or beta == 0 else None
+        route = self._routes.get(key) if key is not None else None
+        result = route(rows, b, target, alpha, beta) if route is not None else None
+        if result is None:
+            result = self._call(rows, b, target, alpha, beta, key)
+        if out is not None:
+            return out
+        return result if batch is None else result.reshape(*batch, result.shape[-1])
+
+    def _call(self, a: Any, b: Any, out: Any, alpha: float, beta: float, key: tuple | None) -> Any:
+        """The full path of :meth:`gemm` for matrices ``a`` and ``out`` (or None): every operand described and
+        checked, the table asked, the call run; the route of later calls like it kept under ``key``."""
+        left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
         refuse_autograd(a, b)
-        result, target = self._output(left, right, flat_rows(out, "out"), a, beta)
+        result, target = self._output(left, right, out, a, beta)
         _refuse_aliasing(left, right, target)
         decision = self._decide(left, right, target)
         stream = self.device.stream(a)
@@ -127,12 +134,10 @@ class Runtime:
             self.device.cublas(left, right, target, alpha, beta, stream)
         else:
             self.device.launch(decision.kernel, self.choice.table.arch, left, right, target, alpha, beta, stream)
-        if key is not None and _matrices(a, out):
+        if key is not None:
             arch = self.choice.table.arch if decision.kernel is not None else None
             self._routes[key] = route_for(self.device, arch, left, right, target, decision)
-        if out is not None:
-            return out
-        return result if batch is None else result.reshape(*batch, result.shape[-1])
+        return result
 
     def gemm_tensors(self, a: Any, b: Any, out: Any, alpha: float, beta: float, host: HostCost | None = None) -> None:
         """``out = alpha * a @ b + beta * out`` for :mod:`autotune.torch`: 2-D CUDA tensors of this device,
@@ -217,11 +222,6 @@ class Runtime:
             if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
                 tuner.request(decision.dtype, decision.shape, decision.layout)
         return decision
-
-
-def _matrices(a: Any, out: Any) -> bool:
-    """Whether ``a`` and ``out`` (where given) are matrices: the calls a route takes."""
-    return len(a.shape) == 2 and (out is None or len(out.shape) == 2)
 
 
 def _batch_shape(a: Any, out: Any) -> tuple[int, ...] | None:
