@@ -42,12 +42,18 @@ def run(args: argparse.Namespace) -> int:
     space = choose_family(args.family, args.dtype, gpu, problem.layout)
     limit = _compile_limit(args.compile)
 
-    with TerminalProgress() as progress:
+    from autotune.kernel.compile import CompilePool  # processes start at the first compile
+    from autotune.kernel.render import render
+
+    seeds = list(_builds(space, gpu, problem, space.seeds))[:limit]
+    with TerminalProgress() as progress, CompilePool(compile_jobs()) as pool:
+        for config in seeds:  # compiled while the configs are checked
+            pool.prefetch(render(space, config, gpu))
         checked = survey(space, gpu, problem, keep=(), progress=progress)  # counted, not listed: 10**10 configs
         feasible = checked.feasible_count
         rejected = [(r.example, r.count) for r in checked.rejections]
-        chosen = _sample(space, gpu, problem, feasible, limit, _as(PICKING, progress))
-        compiled = _compile_report(space, gpu, problem, chosen, progress)
+        chosen = _sample(space, gpu, problem, feasible, limit, seeds, _as(PICKING, progress))
+        compiled = _compile_report(space, gpu, problem, chosen, pool, progress)
 
     if args.json:
         print(json.dumps({
@@ -94,16 +100,14 @@ def _as(what: str, progress: ProgressCallback) -> ProgressCallback:
 
 
 def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None,
-            progress: ProgressCallback = no_progress) -> list[Config]:
-    """At most ``limit`` configs to compile (every one for None): the seeds, then configs spread evenly
-    over the ``feasible`` ones; each as a search on ``problem`` builds it (:meth:`SearchSpace.for_problem`:
-    its ``[specialize]`` knobs set by the problem), where the rules admit that build, once. ``progress``
-    hears of the walk that lists them."""
+            seeds: list[Config], progress: ProgressCallback = no_progress) -> list[Config]:
+    """At most ``limit`` configs to compile (every one for None): ``seeds`` (the seeds' builds, at most
+    ``limit``), then configs spread evenly over the ``feasible`` ones; each as a search on ``problem`` builds
+    it (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the problem), where the rules admit
+    that build, once. ``progress`` hears of the walk that lists them."""
     if limit is None and feasible > MAX_COMPILE_ALL:
         raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
                          f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
-    builds = _builds(space, gpu, problem, space.seeds)
-    seeds = list(builds)[:limit]
     if limit is None:
         positions = range(feasible)
     else:  # twice as many as wanted: two configs may have one build, and seeds are left out
@@ -122,22 +126,20 @@ def _builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs) -> 
     return {build: None for build in builds if space.check(build, gpu, problem).feasible}
 
 
-def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list,
+def _compile_report(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, configs: list, pool,
                     progress: ProgressCallback = no_progress) -> list[dict]:
-    """Compile ``configs`` in parallel (the disk cache answers those it holds) and report each one's resources;
-    ``progress`` hears of the compiles as they finish."""
-    from autotune.kernel.compile import CompilePool
+    """Compile ``configs`` in ``pool`` (those prefetched are under way; the disk cache answers those it holds)
+    and report each one's resources; ``progress`` hears of the compiles as they finish."""
     from autotune.kernel.render import render
 
     if not configs:
         return []
-    with CompilePool(min(len(configs), compile_jobs())) as pool:
-        futures = {pool.submit(render(space, config, gpu)): index for index, config in enumerate(configs)}
-        results: list = [None] * len(configs)
-        progress(COMPILING, 0, len(configs))
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            results[futures[future]] = future.result()
-            progress(COMPILING, done, len(configs))
+    futures = {pool.submit(render(space, config, gpu)): index for index, config in enumerate(configs)}
+    results: list = [None] * len(configs)
+    progress(COMPILING, 0, len(configs))
+    for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+        results[futures[future]] = future.result()
+        progress(COMPILING, done, len(configs))
     return [_resource_row(space, gpu, problem, config, result) for config, result in zip(configs, results)]
 
 
