@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from autotune.kernel.compile import CompilePool  # processes start at the first compile
     from autotune.kernel.render import render
 
-    seeds = list(_builds(space, gpu, problem, space.seeds))[:limit]
+    seeds = _seed_builds(space, gpu, problem, limit)
     with TerminalProgress() as progress, CompilePool(compile_jobs()) as pool:
         for config in seeds:  # compiled while the configs are checked
             pool.prefetch(render(space, config, gpu))
@@ -99,15 +99,22 @@ def _as(what: str, progress: ProgressCallback) -> ProgressCallback:
     return lambda _, done, total: progress(what, done, total)
 
 
+def _seed_builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, limit: int | None) -> list[Config]:
+    """The builds a search on ``problem`` runs of the seeds (:func:`_builds`), at most ``limit``."""
+    return list(_builds(space, gpu, problem, space.seeds))[:limit]
+
+
 def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None,
-            seeds: list[Config], progress: ProgressCallback = no_progress) -> list[Config]:
-    """At most ``limit`` configs to compile (every one for None): ``seeds`` (the seeds' builds, at most
-    ``limit``), then configs spread evenly over the ``feasible`` ones; each as a search on ``problem`` builds
-    it (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the problem), where the rules admit
-    that build, once. ``progress`` hears of the walk that lists them."""
+            seeds: list[Config] | None = None, progress: ProgressCallback = no_progress) -> list[Config]:
+    """At most ``limit`` configs to compile (every one for None): the seeds' builds (``seeds`` where the
+    caller has them, :func:`_seed_builds`), then configs spread evenly over the ``feasible`` ones; each as a
+    search on ``problem`` builds it (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the
+    problem), where the rules admit that build, once. ``progress`` hears of the walk that lists them."""
     if limit is None and feasible > MAX_COMPILE_ALL:
         raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
                          f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
+    if seeds is None:
+        seeds = _seed_builds(space, gpu, problem, limit)
     if limit is None:
         positions = range(feasible)
     else:  # twice as many as wanted: two configs may have one build, and seeds are left out
