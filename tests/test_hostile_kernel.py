@@ -450,7 +450,7 @@ def test_a_table_file_with_a_bad_cubin_is_refused_at_load_in_one_line(tmp_path, 
 
 
 def test_the_space_command_compiles_each_config_as_a_search_at_the_shape_builds_it(tmp_path):
-    from autotune.cli.space import _sample
+    from autotune.cli.space import _sample, _seed_builds
 
     space = family(tmp_path, KERNEL, "A = [1, 2, 3]\nWHOLE = [0, 1]",
                    extra='[defaults]\nWHOLE = 0\n[specialize]\nWHOLE = "problem.m % 64 == 0"\n'
@@ -458,9 +458,10 @@ def test_the_space_command_compiles_each_config_as_a_search_at_the_shape_builds_
     whole, partial = GemmProblem(128, 64, 64, "f32"), GemmProblem(100, 64, 64, "f32")
     for problem, built in ((whole, 1), (partial, 0)):
         feasible = survey(space, H200, problem, keep=()).feasible_count
-        chosen = _sample(space, H200, problem, feasible, 24)
+        chosen = _sample(space, H200, problem, feasible, 24, _seed_builds(space, H200, problem, 24))
         assert [c.as_dict() for c in chosen] == [{"A": a, "WHOLE": built} for a in (2, 1, 3)]
-        assert _sample(space, H200, problem, feasible, None) == chosen[:1] + chosen[1:]
+        assert _sample(space, H200, problem, feasible, None, _seed_builds(space, H200, problem, None)) \
+            == chosen[:1] + chosen[1:]
 
 
 def test_sgemm_seeds_compile_as_their_whole_tile_builds_at_a_whole_tile_shape():

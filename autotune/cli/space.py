@@ -105,16 +105,14 @@ def _seed_builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, limit: 
 
 
 def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None,
-            seeds: list[Config] | None = None, progress: ProgressCallback = no_progress) -> list[Config]:
-    """At most ``limit`` configs to compile (every one for None): the seeds' builds (``seeds`` where the
-    caller has them, :func:`_seed_builds`), then configs spread evenly over the ``feasible`` ones; each as a
-    search on ``problem`` builds it (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the
-    problem), where the rules admit that build, once. ``progress`` hears of the walk that lists them."""
+            seeds: list[Config], progress: ProgressCallback = no_progress) -> list[Config]:
+    """At most ``limit`` configs to compile (every one for None): ``seeds`` (:func:`_seed_builds`), then
+    configs spread evenly over the ``feasible`` ones; each as a search on ``problem`` builds it
+    (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the problem), where the rules admit
+    that build, once. ``progress`` hears of the walk that lists them."""
     if limit is None and feasible > MAX_COMPILE_ALL:
         raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
                          f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
-    if seeds is None:
-        seeds = _seed_builds(space, gpu, problem, limit)
     if limit is None:
         positions = range(feasible)
     else:  # twice as many as wanted: two configs may have one build, and seeds are left out

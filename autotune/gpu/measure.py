@@ -106,13 +106,16 @@ class CublasCall:
 
     def __call__(self, a: int, b: int, c: int, alpha: float = 1.0, beta: float = 0.0) -> None:
         if alpha == 1.0 and beta == 0.0:
-            pointer = self._ones_pointer
-        else:
-            scalars = numpy.array([alpha, beta], dtype=numpy.float32)  # read before gemmEx returns (host mode)
-            pointer = scalars.ctypes.data
+            self.with_scalars(a, b, c, self._ones_pointer)
+            return
+        scalars = numpy.array([alpha, beta], dtype=numpy.float32)  # read before gemmEx returns (host mode)
+        self.with_scalars(a, b, c, scalars.ctypes.data)
+
+    def with_scalars(self, a: int, b: int, c: int, scalars: int) -> None:
+        """The call with alpha and beta read from ``scalars``: the host address of two float32s."""
         handle = cupy.cuda.device.get_cublas_handle()
         self._pointer_mode(handle, _CUBLAS_POINTER_MODE_HOST)
-        self._gemm(handle, *self._head, pointer, b, *self._b, a, *self._a, pointer + 4, c, *self._c,
+        self._gemm(handle, *self._head, scalars, b, *self._b, a, *self._a, scalars + 4, c, *self._c,
                    _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
 
 
@@ -143,11 +146,12 @@ class CublasGemm:
         if not all(x.flags.c_contiguous for x in (a, b, c)):
             raise ValueError("operands must be C-contiguous")
         self._keep = (a, b, c)
+        self._scalars = numpy.array([alpha, beta], dtype=numpy.float32)
         self._call = CublasCall(m, n, k, cuda_type, transpose_b)
-        self._pointers, self._alpha, self._beta = (a.data.ptr, b.data.ptr, c.data.ptr), alpha, beta
+        self._arguments = (a.data.ptr, b.data.ptr, c.data.ptr, self._scalars.ctypes.data)
 
     def __call__(self) -> None:
-        self._call(*self._pointers, self._alpha, self._beta)
+        self._call.with_scalars(*self._arguments)
 
 
 def reference(problem: GemmProblem, operands: Operands) -> cupy.ndarray:

@@ -39,7 +39,7 @@ class Route:
     ``out`` (or the new result), or None where this call needs the full path (its ``out`` overlaps an input,
     another device is current): the full path then runs it, or says what is wrong."""
 
-    def __init__(self, a: Operand, b: Operand, c: Operand, decision: Decision):
+    def __init__(self, a: Operand, decision: Decision):
         m, n, k = self.shape = decision.shape
         self.itemsize = a.itemsize
         self._bytes = tuple(size * self.itemsize for size in (m * k, k * n, m * n))  # each operand one dense block
@@ -53,8 +53,8 @@ class Route:
 class TorchKernel(Route):
     """PyTorch tensors to a tuned kernel, launched on PyTorch's current stream."""
 
-    def __init__(self, device, arch: str, a: Operand, b: Operand, c: Operand, decision: Decision):
-        super().__init__(a, b, c, decision)
+    def __init__(self, device, arch: str, a: Operand, decision: Decision):
+        super().__init__(a, decision)
         self.device, self.arch, self.kernel = device, arch, decision.kernel
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
@@ -90,8 +90,8 @@ class TorchMatmul(Route):
 class _CupyRoute(Route):
     """CuPy arrays on the device that is current (where CuPy allocates and cuBLAS runs)."""
 
-    def __init__(self, device, a: Operand, b: Operand, c: Operand, decision: Decision):
-        super().__init__(a, b, c, decision)
+    def __init__(self, device, a: Operand, decision: Decision):
+        super().__init__(a, decision)
         self.device, self.dtype = device, a.element
 
     def target(self, a: Any, b: Any, out: Any) -> Any:
@@ -107,8 +107,8 @@ class _CupyRoute(Route):
 class CupyKernel(_CupyRoute):
     """CuPy arrays to a tuned kernel, launched on CuPy's current stream."""
 
-    def __init__(self, device, arch: str, a: Operand, b: Operand, c: Operand, decision: Decision):
-        super().__init__(device, a, b, c, decision)
+    def __init__(self, device, arch: str, a: Operand, decision: Decision):
+        super().__init__(device, a, decision)
         self.arch, self.kernel = arch, decision.kernel
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
@@ -124,8 +124,8 @@ class CupyCublas(_CupyRoute):
     """CuPy arrays (float32 or float16) the table leaves to cuBLAS: one prepared ``gemmEx`` call (fp32
     compute), as the table's cuBLAS times were measured."""
 
-    def __init__(self, device, a: Operand, b: Operand, c: Operand, decision: Decision):
-        super().__init__(device, a, b, c, decision)
+    def __init__(self, device, a: Operand, b: Operand, decision: Decision):
+        super().__init__(device, a, decision)
         from autotune.gpu.measure import CUDA_TYPES, CublasCall
 
         m, n, k = decision.shape
@@ -139,21 +139,18 @@ class CupyCublas(_CupyRoute):
 
 
 def route_for(device, arch: str | None, a: Operand, b: Operand, c: Operand, decision: Decision) -> Route | None:
-    """The route of later calls like this one (its operands ``a``, ``b``, ``c`` as described for the decision),
-    or None where they take the full path: operands of more than two dimensions, not stored as one dense block
-    (row-major; ``b`` column-major too), on several devices, or cuBLAS calls of a dtype the prepared call does
-    not take."""
+    """The route of later calls like this one (its matrices ``a``, ``b``, ``c`` as described for the decision),
+    or None where they take the full path: operands not stored as one dense block (row-major; ``b``
+    column-major too), on several devices, or cuBLAS calls of a dtype the prepared call does not take."""
     dense = a.row_major and (b.row_major or b.column_major) and c.row_major
-    if not dense or len(a.shape) != 2 or len(b.shape) != 2 or not a.device == b.device == c.device:
+    if not dense or not a.device == b.device == c.device:
         return None
     if is_torch(a.array):
-        if decision.kernel is None:
-            return TorchMatmul(a, b, c, decision)
-        return TorchKernel(device, arch, a, b, c, decision)
+        return TorchMatmul(a, decision) if decision.kernel is None else TorchKernel(device, arch, a, decision)
     if decision.kernel is not None:
-        return CupyKernel(device, arch, a, b, c, decision)
+        return CupyKernel(device, arch, a, decision)
     from autotune.gpu.measure import CUDA_TYPES
 
     if a.element == b.element == c.element and a.element in CUDA_TYPES:
-        return CupyCublas(device, a, b, c, decision)
+        return CupyCublas(device, a, b, decision)
     return None
