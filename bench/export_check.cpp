@@ -1,6 +1,6 @@
 // The exported C library (autotune export --format cuda) checked against cuBLAS on the GPU.
 //
-//   export_check OUT.csv [f32|f16|all]
+//   export_check OUT.csv [f32|f16|all] [SHAPES_FILE]
 //
 // For 20 shapes per dtype (square, odd, tall, wide, long K, LLM-like), and 5 of a linear layer's x @ W^T
 // (B stored n x k, autotune_sgemm_ex's transb = T; one with C's rows padded, ldc > n): random normal A, B
@@ -15,7 +15,8 @@
 // shape, each saying what the library ran: its tuned kernel, or cuBLAS where its table predicts the
 // kernel slower or the shape is outside its tuned range, and cuBLAS loads (autotune_kernel_for says
 // "cublas"; AUTOTUNE_GEMM_CUBLAS=off makes it run the tuned kernels everywhere, and skip the x @ W^T
-// shapes, which only cuBLAS takes); the exit code is 1 if any check failed.
+// shapes, which only cuBLAS takes); the exit code is 1 if any check failed. SHAPES_FILE (one MxNxK per line, `#`
+// comments) replaces the shapes: each is checked as A @ B and as x @ W^T.
 //
 // Build (bench/h200.sh cudalib): nvcc -x cu -arch=sm_90 ... -lautotune_gemm -lcublas -ldl -lpthread
 #include <cublas_v2.h>
@@ -29,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -58,6 +60,34 @@ const Shape SHAPES[] = {
     {1, 14336, 4096, "x@W^T", true},  {32, 14336, 4096, "x@W^T", true}, {4096, 4096, 14336, "x@W^T", true},
     {16384, 4096, 4096, "x@W^T", true},
 };
+
+// The shapes of a file, one MxNxK per line (`#` starts a comment), each as A @ B and as x @ W^T; an empty list
+// where a line is not a shape (the message names it).
+std::vector<Shape> read_shapes(const char* path) {
+    std::vector<Shape> shapes;
+    FILE* file = std::fopen(path, "r");
+    if (file == nullptr) {
+        std::fprintf(stderr, "cannot read %s: %s\n", path, std::strerror(errno));
+        return shapes;
+    }
+    char line[256];
+    while (std::fgets(line, sizeof line, file) != nullptr) {
+        line[std::strcspn(line, "#")] = '\0';
+        int m = 0, n = 0, k = 0;
+        char rest = '\0';
+        const int fields = std::sscanf(line, " %dx%dx%d %c", &m, &n, &k, &rest);
+        if (fields <= 0) continue;  // blank or a comment
+        if (fields != 3 || m < 1 || n < 1 || k < 1) {
+            std::fprintf(stderr, "%s: not a shape MxNxK: %s\n", path, line);
+            shapes.clear();
+            break;
+        }
+        shapes.push_back({m, n, k, "file"});
+        shapes.push_back({m, n, k, "file x@W^T", true});
+    }
+    std::fclose(file);
+    return shapes;
+}
 
 constexpr int WARMUP = 2;
 constexpr int ROUNDS = 5;      // rounds of timing, the library and cuBLAS taking turns, the order alternating
@@ -351,12 +381,15 @@ struct Checker {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2 || argc > 3 || (argc == 3 && std::strcmp(argv[2], "f32") && std::strcmp(argv[2], "f16") &&
+    if (argc < 2 || argc > 4 || (argc >= 3 && std::strcmp(argv[2], "f32") && std::strcmp(argv[2], "f16") &&
                                  std::strcmp(argv[2], "all"))) {
-        std::fprintf(stderr, "usage: %s OUT.csv [f32|f16|all]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s OUT.csv [f32|f16|all] [SHAPES_FILE]\n", argv[0]);
         return 2;
     }
-    const std::string which = argc == 3 ? argv[2] : "all";
+    const std::string which = argc >= 3 ? argv[2] : "all";
+    const std::vector<Shape> shapes =
+        argc == 4 ? read_shapes(argv[3]) : std::vector<Shape>(std::begin(SHAPES), std::end(SHAPES));
+    if (shapes.empty()) return 2;
     FILE* csv = std::fopen(argv[1], "w");
     if (csv == nullptr) {
         std::fprintf(stderr, "cannot write %s: %s\n", argv[1], std::strerror(errno));
@@ -393,8 +426,8 @@ int main(int argc, char** argv) {
         }
         int ran_cublas = 0, timed = 0;
         double log_ratios = 0.0, lowest = 0.0;
-        for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; ++i) {
-            const Shape& shape = SHAPES[i];
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            const Shape& shape = shapes[i];
             unsigned long long seed = 1000ull * i + (dtype[1] == '1' ? 500 : 0);
             Result r = std::strcmp(dtype, "f32") == 0 ? checker.run<float>(shape, seed)
                                                       : checker.run<__half>(shape, seed);

@@ -1,6 +1,6 @@
 """The Python runtime on a GPU: every pick verified against cuBLAS and timed beside it, host overhead, PyTorch.
 
-    python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--out DIR]
+    python3 bench/runtime_check.py [--table autotune_table_h200_with_cubins.json] [--shapes SET] [--out DIR]
 
 For 25 shapes per dtype (f32, f16 and bf16, the last as PyTorch tensors: CuPy has no bfloat16;
 square, odd, tall, wide, long-K, LLM-style and token counts that cut rows), and 15 shapes of ``x @ W.T`` (f16 and bf16, ``b`` the transpose
@@ -19,6 +19,8 @@ host time per call against ``cupy.matmul`` on a small shape.
 Every path is held to fp32 accumulation's bound, PyTorch's matmul (the fallback for bf16 tensors) too: the check
 turns off PyTorch's default bf16 reduced-precision reduction (``allow_bf16_reduced_precision_reduction``), which
 takes PyTorch's bf16 ``addmm`` at 777x1333x555 to 3.9x that bound (0.46x without it; bench/mlp_kernels.py).
+``--shapes`` (a shape set such as ``llm-held-out``, or a shape file) replaces both lists: each of its shapes is
+checked for every dtype, and as ``x @ W.T`` for f16 and bf16.
 Writes runtime_check.csv and runtime_check.json under --out; exits 1 on any failure.
 """
 
@@ -37,6 +39,7 @@ import numpy
 import autotune
 from autotune.gpu import measure
 from autotune.problem import GemmProblem
+from autotune.shapes import read_shapes
 
 SHAPES = [
     (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -219,8 +222,10 @@ def host_overhead(calls: int = 3000) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", help="a table file from `autotune export --format python` (default: looked up)")
+    parser.add_argument("--shapes", help="check these shapes instead (a shape set such as llm-held-out, or a file)")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
+    shapes, nt_shapes = (SHAPES, NT_SHAPES) if args.shapes is None else (read_shapes(args.shapes),) * 2
     if args.table:
         autotune.load(args.table)
     try:
@@ -232,8 +237,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    problems = [GemmProblem(*shape, dtype) for dtype in DTYPES for shape in SHAPES]
-    problems += [GemmProblem(*shape, dtype, "nt") for dtype in NT_DTYPES for shape in NT_SHAPES]
+    problems = [GemmProblem(*shape, dtype) for dtype in DTYPES for shape in shapes]
+    problems += [GemmProblem(*shape, dtype, "nt") for dtype in NT_DTYPES for shape in nt_shapes]
     for seed, problem in enumerate(problems):
         row = check_shape(problem, seed)
         rows.append(row)
