@@ -270,6 +270,7 @@ def test_split_k_and_small_m_configs_compile_for_sm90_without_spills():
     configs = [s for s in space.seeds if s["SPLIT_K"] > 1 or s["BM"] == 16]
     configs += [space.config({**base.as_dict(), **changes}) for changes in SPLIT_VARIANTS]
     assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8} and {c["BM"] for c in configs} == {16, 32, 64}
+    assert {c["COPY_PTRS"] for c in configs if c["SPLIT_K"] > 1} == {0, 1}
     for config in configs:
         assert space.check(config, spec).feasible, (config.name, space.check(config, spec).reason)
         values = space.values(config, spec)
@@ -306,6 +307,8 @@ INNER_LOOP_VARIANTS = [  # over the public-design seed: each value of the inner-
     ({"LANE_PAIRS": 0, "VEC": 2}, ("sm_90",)),
     ({"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 2, "STAGES": 3, "LEAN_BUILD": 0}, ("sm_80", "sm_90")),
     ({"BM": 16, "BN": 128, "BK": 16, "TM": 4, "TN": 4, "WARPS_M": 1, "VEC": 4, "SPLIT_K": 4, "STAGES": 3}, ("sm_90",)),
+    # copies from pointers in a split build: each rank's share of K copied like a whole K
+    ({"BM": 64, "BN": 128, "TM": 8, "TN": 8, "WARPS_M": 2, "SPLIT_K": 2, "COPY_SPREAD": 0, "COPY_PTRS": 1}, ("sm_90",)),
 ]
 
 

@@ -154,6 +154,11 @@ INNER_LOOP_VARIANTS = [  # over the public-design seed (cp.async with register p
     # the lean build's copies from pointers, its partial k-tile first
     {"COPY_PTRS": 1}, {"COPY_PTRS": 1, "COPY_SPREAD": 0}, {"COPY_PTRS": 1, "VEC": 1, "COPY_SPREAD": 0},
     {"COPY_PTRS": 1, "STAGES": 3, "VEC": 1}, {"COPY_PTRS": 1, "BM": 256, "BN": 128, "WARPS_M": 2, "VEC": 2},
+    # ... split over K: each rank's share copied the same way, the last rank's partial k-tile first; at K 5 every
+    # rank but the first has no k-tile
+    {"COPY_PTRS": 1, "SPLIT_K": 2, "BM": 64, "BN": 128, "TM": 8, "TN": 8, "WARPS_M": 2, "COPY_SPREAD": 0},
+    {"COPY_PTRS": 1, "SPLIT_K": 8, "BM": 32, "BN": 128, "BK": 16, "TM": 8, "TN": 4, "WARPS_M": 2, "STAGES": 3,
+     "COPY_SPREAD": 0, "SMEM_OPT_IN": 0},
 ]
 
 
@@ -180,6 +185,8 @@ def test_inner_loop_knobs_verify_at_odd_shapes(worker):
     ran = _ran_at_every_problem(configs, problems, outcomes)
     assert {c["COPY_SPREAD"] for c in ran} == {0, 1} and {c["LANE_PAIRS"] for c in ran} == {0, 1}
     assert {c["COPY_PTRS"] for c in ran} == {0, 1}
+    if gpu.arch >= 90:
+        assert {c["SPLIT_K"] for c in ran if c["COPY_PTRS"]} >= {1, 2, 8}
 
 
 # Shapes of whole tiles for every sgemm block tile (M a multiple of 256, N of 256): K whole tiles of 8, 16 and 32,
