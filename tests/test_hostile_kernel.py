@@ -289,6 +289,17 @@ def test_a_space_of_10_to_the_12_configs_is_counted_and_sampled_not_listed(tmp_p
     assert picked.feasible[-1].config.params == tuple((f"K{i}", 10) for i in range(12))
 
 
+def test_a_spread_sample_of_10_to_the_12_configs_is_evenly_spaced_and_counts_them_all(tmp_path):
+    space = family(tmp_path / "fam", KERNEL.replace("{{ A }}", "{{ K0 }}"), MANY_KNOBS,
+                   extra='[[rules]]\nrequire = "K0 != 3"\nreason = "K0 is {K0}"\n')
+    sampled = survey(space, H200, GemmProblem(64, 64, 64, "f32"), spread=8)
+    assert sampled.feasible_count == 9 * 10**11 and sampled.rejected == 10**11
+    positions = range(0, 9 * 10**11, _spread_stride(9 * 10**11, 8))
+    assert 8 <= len(sampled.feasible) == len(positions) <= 16
+    expected = survey(space, H200, GemmProblem(64, 64, 64, "f32"), keep=positions)
+    assert [v.config for v in sampled.feasible] == [v.config for v in expected.feasible]
+
+
 def test_the_space_command_reports_a_space_of_10_to_the_12_configs(tmp_path):
     path = write_family(tmp_path / "fam", KERNEL.replace("{{ A }}", "{{ K0 }}"), MANY_KNOBS)
     result = autotune("space", "--gpu", "h200", "--shape", "64", "--family", str(path),
@@ -312,6 +323,21 @@ def test_listing_chosen_positions_matches_listing_every_config(tmp_path, seed):
     assert [v.values for v in picked.feasible] == [every.feasible[i].values for i in positions]
     assert picked.feasible_count == every.feasible_count == len(every.feasible)
     assert [(r.example, r.count) for r in picked.rejections] == [(r.example, r.count) for r in every.rejections]
+    for spread in (1, 2, 3):
+        sampled = survey(space, H200, spread=spread)
+        at = range(0, len(every.feasible), _spread_stride(len(every.feasible), spread))
+        assert [v.config for v in sampled.feasible] == [every.feasible[i].config for i in at]
+        assert min(spread, len(every.feasible)) <= len(sampled.feasible) <= 2 * spread
+        assert sampled.feasible_count == every.feasible_count
+        assert [(r.example, r.count) for r in sampled.rejections] == [(r.example, r.count) for r in every.rejections]
+
+
+def _spread_stride(feasible: int, spread: int) -> int:
+    """The smallest power of two whose multiples below ``feasible`` number at most ``2 * spread``."""
+    stride = 1
+    while -(-feasible // stride) > 2 * spread:
+        stride *= 2
+    return stride
 
 
 RARE = "\n".join(f"K{i} = [{', '.join(map(str, range(1, 11)))}]" for i in range(10))  # 10**10 configs
@@ -457,11 +483,10 @@ def test_the_space_command_compiles_each_config_as_a_search_at_the_shape_builds_
                          "[[seeds]]\nA = 2\n")
     whole, partial = GemmProblem(128, 64, 64, "f32"), GemmProblem(100, 64, 64, "f32")
     for problem, built in ((whole, 1), (partial, 0)):
-        feasible = survey(space, H200, problem, keep=()).feasible_count
-        chosen = _sample(space, H200, problem, feasible, 24, _seed_builds(space, H200, problem, 24))
+        listed = [verdict.config for verdict in survey(space, H200, problem, spread=48).feasible]
+        chosen = _sample(space, H200, problem, listed, 24, _seed_builds(space, H200, problem, 24))
         assert [c.as_dict() for c in chosen] == [{"A": a, "WHOLE": built} for a in (2, 1, 3)]
-        assert _sample(space, H200, problem, feasible, None, _seed_builds(space, H200, problem, None)) \
-            == chosen[:1] + chosen[1:]
+        assert _sample(space, H200, problem, listed, None, _seed_builds(space, H200, problem, None)) == chosen
 
 
 def test_sgemm_seeds_compile_as_their_whole_tile_builds_at_a_whole_tile_shape():

@@ -49,10 +49,15 @@ def run(args: argparse.Namespace) -> int:
     with TerminalProgress() as progress, CompilePool(compile_jobs()) as pool:
         for config in seeds:  # compiled while the configs are checked
             pool.prefetch(render(space, config, gpu))
-        checked = survey(space, gpu, problem, keep=(), progress=progress)  # counted, not listed: 10**10 configs
+        # counted, and a sample listed (twice as many as wanted: two configs may have one build, and seeds are
+        # left out); not all listed: 10**10 configs
+        checked = survey(space, gpu, problem, keep=() if limit in (None, 0) else None,
+                         spread=2 * limit if limit else None, progress=progress)
         feasible = checked.feasible_count
         rejected = [(r.example, r.count) for r in checked.rejections]
-        chosen = _sample(space, gpu, problem, feasible, limit, seeds, _as(PICKING, progress))
+        listed = _every_feasible(space, gpu, problem, feasible, _as(PICKING, progress)) if limit is None \
+            else [verdict.config for verdict in checked.feasible]
+        chosen = _sample(space, gpu, problem, listed, limit, seeds)
         compiled = _compile_report(space, gpu, problem, chosen, pool, progress)
 
     if args.json:
@@ -104,22 +109,22 @@ def _seed_builds(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, limit: 
     return list(_builds(space, gpu, problem, space.seeds))[:limit]
 
 
-def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int, limit: int | None,
-            seeds: list[Config], progress: ProgressCallback = no_progress) -> list[Config]:
-    """At most ``limit`` configs to compile (every one for None): ``seeds`` (:func:`_seed_builds`), then
-    configs spread evenly over the ``feasible`` ones; each as a search on ``problem`` builds it
-    (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs set by the problem), where the rules admit
-    that build, once. ``progress`` hears of the walk that lists them."""
-    if limit is None and feasible > MAX_COMPILE_ALL:
+def _every_feasible(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, feasible: int,
+                    progress: ProgressCallback = no_progress) -> list[Config]:
+    """Every one of the ``feasible`` configs of ``space`` (``--compile all``), listed by a second walk; at most
+    MAX_COMPILE_ALL. ``progress`` hears of that walk."""
+    if feasible > MAX_COMPILE_ALL:
         raise InputError("--compile", "all", f"a number: {space.family} has {feasible} feasible configs on "
                          f"{problem.shape}, more than {MAX_COMPILE_ALL} to compile")
-    if limit is None:
-        positions = range(feasible)
-    else:  # twice as many as wanted: two configs may have one build, and seeds are left out
-        slots = min(feasible, 2 * limit)
-        positions = sorted({feasible * i // slots for i in range(slots)}) if slots else []
-    listed = [verdict.config for verdict in survey(space, gpu, problem, keep=positions, progress=progress).feasible] \
-        if positions else []
+    return [verdict.config for verdict in survey(space, gpu, problem, progress=progress).feasible]
+
+
+def _sample(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem, listed: list[Config], limit: int | None,
+            seeds: list[Config]) -> list[Config]:
+    """At most ``limit`` configs to compile (every one for None): ``seeds`` (:func:`_seed_builds`), then
+    configs spread evenly over ``listed`` (an evenly spaced sample of the feasible ones, or all of them);
+    each as a search on ``problem`` builds it (:meth:`SearchSpace.for_problem`: its ``[specialize]`` knobs
+    set by the problem), where the rules admit that build, once."""
     rest = [config for config in _builds(space, gpu, problem, listed) if config not in seeds]
     wanted = len(rest) if limit is None else min(limit - len(seeds), len(rest))
     return seeds + [rest[i * len(rest) // wanted] for i in range(wanted)] if wanted else seeds

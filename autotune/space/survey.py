@@ -28,7 +28,8 @@ the error that checking configs in order meets.
 
 A walk is bounded: past WORK_BUDGET steps (knob values bound, verdicts made) it
 stops with :class:`SpaceTooLarge`. It lists only the feasible configs asked for
-(``keep``: their positions among the feasible ones); the others are counted,
+(``keep``: their positions among the feasible ones; ``spread``: an evenly spaced
+sample, its spacing found as the walk goes); the others are counted,
 those in a subtree where every config passes without being visited, so that a
 space of 10**10 configs that its rules hardly cut is counted at the cost of its
 first knobs.
@@ -84,14 +85,17 @@ class Survey:
 
 
 def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
-           limit: int | None = None, keep: Iterable[int] | None = None,
+           limit: int | None = None, keep: Iterable[int] | None = None, spread: int | None = None,
            progress: ProgressCallback = no_progress) -> Survey:
     """Every config of ``space`` on ``gpu``: the feasible ones, and rejection counts per rule.
 
     With ``limit``, the walk stops at that many feasible configs (the counts then cover only
     the configs before the last one found): ``limit=1`` asks cheaply whether the GPU can run
     the family at all. With ``keep``, only the feasible configs at those positions (0 for the
-    first feasible config in enumeration order) are listed; ``keep=()`` counts them only.
+    first feasible config in enumeration order) are listed; ``keep=()`` counts them only. With
+    ``spread`` (not with ``keep``), an evenly spaced sample of them is listed, in one walk that also
+    counts them all: those at the multiples of the smallest power of two that leaves at most
+    ``2 * spread`` (so at least ``spread``, or all where there are fewer).
     ``progress`` hears how many of the space's configs are judged (``checking configs``), every
     PROGRESS_STEPS steps of the walk.
 
@@ -104,7 +108,9 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
                                      f"sm_{gpu.arch})", space.size)], 0)
     plan = _Plan(space, space.rules_for(problem))
     context = {"gpu": gpu, "problem": problem, **space.layout_values()}
-    kept = None if keep is None else sorted(set(keep))
+    if keep is not None and spread is not None:
+        raise ValueError("survey takes keep or spread, not both")
+    kept = _Positions(sorted(set(keep))) if keep is not None else _Spread(spread) if spread is not None else None
     progress(CHECKING, 0, space.size)
     with _no_cycle_collection():
         checked = None
@@ -116,6 +122,8 @@ def survey(space: SearchSpace, gpu: GpuSpec, problem: GemmProblem | None = None,
             except Exception:  # noqa: BLE001 - a rule failed: the ordered walk raises what checking in order meets
                 pass
         if checked is None:
+            if kept is not None:
+                kept = kept.fresh()
             checked = _OrderedWalk(space, plan, context, limit, kept, progress).run()
     progress(CHECKING, space.size, space.size)
     return checked
@@ -220,13 +228,66 @@ def _derived_values_cannot_fail(space: SearchSpace, plan: _Plan, context: dict[s
     return True
 
 
+class _Positions:
+    """The feasible configs to list: those at the given positions (sorted)."""
+
+    def __init__(self, positions: list[int]):
+        self.positions = positions
+
+    def fresh(self) -> _Positions:
+        return self
+
+    def any_in(self, start: int, count: int) -> bool:
+        """Whether a position in ``[start, start + count)`` is listed."""
+        return bisect.bisect_left(self.positions, start) < bisect.bisect_left(self.positions, start + count)
+
+    def offsets(self, start: int, count: int) -> Iterator[int]:
+        """The offsets from ``start`` of the positions listed in ``[start, start + count)``, in order."""
+        positions = self.positions
+        for index in range(bisect.bisect_left(positions, start), bisect.bisect_left(positions, start + count)):
+            yield positions[index] - start
+
+    def listed(self, feasible: list[Verdict], position: int) -> None:
+        """The config at ``position`` was appended to ``feasible``."""
+
+
+class _Spread:
+    """The feasible configs to list: those at the multiples of ``stride``, a power of two that doubles (and
+    drops every other config listed) whenever more than ``2 * wanted`` are listed."""
+
+    def __init__(self, wanted: int):
+        self.wanted = max(wanted, 1)
+        self.stride = 1
+        self.positions: list[int] = []  # of the configs listed
+
+    def fresh(self) -> _Spread:
+        return _Spread(self.wanted)
+
+    def any_in(self, start: int, count: int) -> bool:
+        return -(-start // self.stride) * self.stride < start + count
+
+    def offsets(self, start: int, count: int) -> Iterator[int]:
+        position = -(-start // self.stride) * self.stride
+        while position < start + count:  # the stride may grow between two configs
+            yield position - start
+            position += self.stride
+
+    def listed(self, feasible: list[Verdict], position: int) -> None:
+        self.positions.append(position)
+        if len(self.positions) > 2 * self.wanted:
+            self.stride *= 2
+            kept = [i for i, at in enumerate(self.positions) if at % self.stride == 0]
+            feasible[:] = [feasible[i] for i in kept]
+            self.positions = [self.positions[i] for i in kept]
+
+
 class _Walk:
     """What both walks share: the names bound so far, the feasible configs, the rejection groups."""
 
     def __init__(self, space: SearchSpace, plan: _Plan, context: dict[str, Any], limit: int | None,
-                 keep: list[int] | None, progress: ProgressCallback = no_progress):
+                 keep: _Positions | _Spread | None, progress: ProgressCallback = no_progress):
         self.space, self.plan, self.limit = space, plan, limit
-        self.keep = keep  # positions of the feasible configs to list, sorted; None: all
+        self.keep = keep  # which feasible configs to list; None: all
         self.gpu = context["gpu"]
         self.names: dict[str, Any] = dict(context)
         self.pairs: list[tuple[str, int] | None] = [None] * len(plan.knobs)  # (knob, value) of the knobs bound
@@ -255,11 +316,9 @@ class _Walk:
             raise SpaceTooLarge(f"{self.space.family}: checking its {self.space.size} configs against its rules "
                                 f"takes more than {WORK_BUDGET} steps (fewer knob values, or rules that cut earlier)")
 
-    def _kept(self, count: int) -> list[int]:
-        """The offsets, among the next ``count`` feasible configs, of those to list."""
-        keep = self.keep
-        return [position - self.found for position in
-                keep[bisect.bisect_left(keep, self.found):bisect.bisect_left(keep, self.found + count)]]
+    def _kept(self, count: int) -> bool:
+        """Whether any of the next ``count`` feasible configs is to be listed."""
+        return self.keep is None or self.keep.any_in(self.found, count)
 
     def _rejection(self, check: int) -> tuple[Any, str | None] | None:
         """(group, reason) where ``check`` rejects the names bound, else None. The reason is
@@ -295,7 +354,7 @@ class _Walk:
     def _accept_below(self, depth: int) -> None:
         """Every config below the knobs bound up to ``depth`` is feasible: list them, in order (those kept)."""
         plan = self.plan
-        if self.keep is not None and not self._kept(plan.below[depth]):
+        if not self._kept(plan.below[depth]):
             self.found += plan.below[depth] if self.limit is None else min(plan.below[depth], self.limit - self.found)
             return
         if depth < plan.settled:
@@ -310,15 +369,17 @@ class _Walk:
         choices = [[pair for _, pair in choices] for choices in plan.choices[depth:]]
         count = plan.below[depth] if self.limit is None else min(plan.below[depth], max(self.limit - self.found, 0))
         if self.keep is None:
-            rest = itertools.islice(itertools.product(*choices), count)
+            rest = enumerate(itertools.islice(itertools.product(*choices), count))
         else:
-            rest = (_nth_product(choices, offset) for offset in self._kept(count))
+            rest = ((offset, _nth_product(choices, offset)) for offset in self.keep.offsets(self.found, count))
         family, other_dtype, layout = self.space.family, self.space.other_dtype, self.space.layout
-        for pairs in rest:
+        for offset, pairs in rest:
             self._step()
             config_values = values.copy()
             config_values.update(pairs)
             self.feasible.append(Verdict(Config(family, bound + pairs, other_dtype, layout), config_values, None))
+            if self.keep is not None:
+                self.keep.listed(self.feasible, self.found + offset)
         self.found += count
 
 
