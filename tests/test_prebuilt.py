@@ -87,6 +87,31 @@ def test_the_committed_cubins_are_what_nvrtc_builds(monkeypatch, tmp_path):
     assert heard[0] == (COMPILING, 0, 2) and heard[-1] == (COMPILING, 2, 2)
 
 
+def test_the_committed_cubins_are_built_by_the_nvrtc_that_built_the_kernels_the_shipped_results_measured():
+    """A cubin of the same source from another NVRTC is another kernel (registers, schedule): the runtime would
+    run kernels whose times the table does not know."""
+    with shipped_store() as store:
+        measured = store.nvrtc_versions()
+    assert measured and committed("h200")["prebuilt"]["nvrtc"] in measured
+
+
+def test_prebuilt_tables_are_refused_with_an_nvrtc_other_than_the_measured_kernels_one(monkeypatch, tmp_path, capsys):
+    prebuilt.check_nvrtc({"13.0"}, "13.0")
+    prebuilt.check_nvrtc(set(), "13.5")  # no measurements: nothing to match
+    with pytest.raises(prebuilt.CompilerError, match=r"measured kernels built by NVRTC 13\.0, but this NVRTC is 13\.5, "
+                                                     r"whose cubins differ: .*nvidia-cuda-nvrtc==13\.0\.\*"):
+        prebuilt.check_nvrtc({"13.0"}, "13.5")
+    from autotune.cli import prebuilt as command
+
+    monkeypatch.setattr(prebuilt, "nvrtc_version", lambda: "12.9", raising=False)
+    monkeypatch.setattr("autotune.kernel.compile.nvrtc_version", lambda: "12.9")
+    assert command.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: the shipped results measured kernels built by NVRTC 13.0, but this "
+                          "NVRTC is 12.9") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 # -- used only while current --------------------------------------------------------------------------------------
 
 

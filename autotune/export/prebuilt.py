@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.data_files import data_dir
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, CompilerError
 from autotune.export.shipped import SOURCE, results_digest
 from autotune.gpu_specs import GPUS
 from autotune.kernel.cubin import check_cubin
@@ -184,6 +184,16 @@ def scopes(store) -> list[tuple[str, str]]:
     return [*trusted, *((arch, arch) for arch in sorted({arch for _, arch in trusted}))]
 
 
+def check_nvrtc(measured: set[str], installed: str) -> None:
+    """Raise unless ``installed``, the NVRTC that compiles the cubins, built the kernels the shipped results
+    measured: another NVRTC's cubin of the same source is another kernel, whose time the results do not know."""
+    if measured and installed not in measured:
+        versions = ", ".join(sorted(measured))
+        raise CompilerError(f"the shipped results measured kernels built by NVRTC {versions}, but this NVRTC is "
+                            f"{installed}, whose cubins differ: build the prebuilt tables with NVRTC {versions} "
+                            f"(pip install 'nvidia-cuda-nvrtc=={min(measured)}.*')")
+
+
 def build_prebuilt(progress: ProgressCallback = no_progress, jobs: int | None = None) -> dict[str, tuple[KernelTable, dict]]:
     """Each table to prebuild, by scope, compiled, with its record (the cubins' digests still to be added)."""
     from autotune.export.compile import compile_table
@@ -193,6 +203,7 @@ def build_prebuilt(progress: ProgressCallback = no_progress, jobs: int | None = 
 
     built = {}
     with shipped_store(progress) as store:
+        check_nvrtc(store.nvrtc_versions(), nvrtc_version())
         gpus = sorted({key for key, _, _ in store.gpus()})
         families = {config.family for key in gpus for dtype in DTYPES
                     for config in gather(store, key, dtype).configs.values()}

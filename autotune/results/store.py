@@ -570,6 +570,16 @@ class ResultStore:
                      for env in map(rows.environment_record, session.scalars(query))}
         return sorted(found)
 
+    def nvrtc_versions(self) -> set[str]:
+        """The NVRTC versions that built the kernels of every candidate measurement."""
+        query = (
+            select(Environment.nvrtc).distinct()
+            .join(Measurement, Measurement.environment_id == Environment.id)
+            .where(Measurement.implementation == CANDIDATE)
+        )
+        with self._reading() as session:
+            return set(session.scalars(query))
+
     def problems(self, gpu_key: str, dtype: str, layout: str = "row") -> list[GemmProblem]:
         """Every problem of ``dtype`` and ``layout`` with a candidate measurement on ``gpu_key``."""
         query = (
