@@ -115,6 +115,7 @@ status=0
     date -u +"date: %Y-%m-%dT%H:%M:%SZ"
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader | sed 's/^/gpu: /'
     python3 -c 'import sys, cupy; from cupy.cuda import nvrtc, runtime; print("python:", sys.version.split()[0]); print("cupy:", cupy.__version__); print("cuda runtime:", runtime.runtimeGetVersion()); print("nvrtc:", nvrtc.getVersion())'
+    python3 -c 'from autotune.kernel.compile import nvrtc_version; print("autotune nvrtc:", nvrtc_version())'  # what builds the kernels
 } | tee "$OUT/environment.txt"
 
 while [ $# -gt 0 ]; do
