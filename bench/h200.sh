@@ -111,6 +111,14 @@ export PYTHONUNBUFFERED=1 AUTOTUNE_CACHE=${AUTOTUNE_CACHE:-/tmp/autotune-cache}
 DB=${DB:-"sqlite:///$(realpath "$OUT")/results.db"}
 status=0
 
+# The shapes of shape set SET with LOW to HIGH rows (default: all), one MxNxK a line.
+shape_lines() {
+    python3 -c 'import sys; from autotune.shapes import read_shapes
+low, high = int(sys.argv[2]), int(sys.argv[3])
+print("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes(sys.argv[1]) if low <= m <= high), end="")' \
+        "$1" "${2:-1}" "${3:-2147483647}"
+}
+
 {
     date -u +"date: %Y-%m-%dT%H:%M:%SZ"
     nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader | sed 's/^/gpu: /'
@@ -202,8 +210,7 @@ while [ $# -gt 0 ]; do
         fi
         shape_file=()
         if [ -n "${CHECK_SHAPES:-}" ]; then
-            python3 -c 'import sys; from autotune.shapes import read_shapes
-print("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes(sys.argv[1])), end="")' "$CHECK_SHAPES" > "$OUT/check_shapes.txt"
+            shape_lines "$CHECK_SHAPES" > "$OUT/check_shapes.txt"
             shape_file=(all "$OUT/check_shapes.txt")
         fi
         "$BUILD/export_check" "$OUT/export_check.csv" ${shape_file[@]+"${shape_file[@]}"} 2>&1 | tee "$OUT/export_check.log" || status=1
@@ -287,10 +294,7 @@ print("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes(sys.argv[1])), end="")
         while [ $# -gt 0 ] && [[ $1 == *:*:*:* ]]; do
             IFS=: read -r dtype family low high <<< "$1"; shift
             shapes="$OUT/held_out_${dtype}_${family}.txt"
-            python3 -c 'import sys; from autotune.shapes import read_shapes
-low, high = int(sys.argv[1]), int(sys.argv[2])
-print("".join(f"{m}x{n}x{k}\n" for m, n, k in read_shapes("llm-held-out") if low <= m <= high), end="")' \
-                "$low" "$high" > "$shapes"
+            shape_lines llm-held-out "$low" "$high" > "$shapes"
             python3 -m autotune sweep --gpu h200 --dtype "$dtype" --family "$family" --shapes "$shapes" --top 0 \
                 --trials "${HELD_OUT_TRIALS:-150}" --db "$DB" ${HELD_OUT_TIMEOUT:+--timeout "$HELD_OUT_TIMEOUT"} \
                 2>&1 | tee "$OUT/held_out_${dtype}_${family}.log" || status=1

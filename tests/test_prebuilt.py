@@ -98,25 +98,24 @@ def test_the_committed_cubins_are_built_by_the_nvrtc_that_built_the_kernels_the_
 def test_every_committed_cubin_has_the_registers_of_the_build_the_shipped_results_measured():
     """Each kernel of the H200's table is the one measured: its cubin uses the registers ptxas reported for the
     build of its config that the shipped results measured (another NVRTC, or other headers, changes them)."""
+    from autotune.results.entries import MeasurementEntry
     from autotune.space.family import load_space
 
     table = KernelTable.from_dict(committed("h200"))
     wanted = {(layout, dtype, kernel.name): kernel for layout, dtype, dtype_table in table.dtype_tables()
               for kernel in dtype_table.kernels}
     spaces, measured = {}, {}
-    with (prebuilt.folder() / "h200.jsonl").open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            if not record.get("family") or not record.get("resources"):
-                continue
-            problem = record["problem"]
-            where = (record["family"], problem["dtype"], problem.get("layout", "row"))
-            if where not in spaces:
-                spaces[where] = load_space(*where)
-            name = spaces[where].config(record["params"]).name  # knobs added since take their defaults
-            key = (where[2], where[1], name)
-            if key in wanted:
-                measured.setdefault(key, set()).add(record["resources"]["registers"])
+    with shipped_store() as store:
+        entries = store.export_entries("h200").entries
+    for entry in entries:
+        if not isinstance(entry, MeasurementEntry) or entry.kernel is None or entry.measurement.resources is None:
+            continue
+        where = (entry.kernel.family, entry.problem.dtype, entry.problem.layout)
+        if where not in spaces:
+            spaces[where] = load_space(*where)
+        name = spaces[where].config(dict(entry.kernel.params)).name  # knobs added since take their defaults
+        if (where[2], where[1], name) in wanted:
+            measured.setdefault((where[2], where[1], name), set()).add(entry.measurement.resources.registers)
     assert len(measured) == len(wanted)
     assert [(key[2], wanted[key].resources.registers, sorted(registers)) for key, registers in measured.items()
             if wanted[key].resources.registers not in registers] == []
@@ -130,7 +129,6 @@ def test_prebuilt_tables_are_refused_with_an_nvrtc_other_than_the_measured_kerne
         prebuilt.check_nvrtc({"13.0"}, "13.5")
     from autotune.cli import prebuilt as command
 
-    monkeypatch.setattr(prebuilt, "nvrtc_version", lambda: "12.9", raising=False)
     monkeypatch.setattr("autotune.kernel.compile.nvrtc_version", lambda: "12.9")
     assert command.main(["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

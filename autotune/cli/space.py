@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
             pool.prefetch(render(space, config, gpu))
         # counted, and a sample listed (twice as many as wanted: two configs may have one build, and seeds are
         # left out); not all listed: 10**10 configs
-        checked = survey(space, gpu, problem, keep=() if limit in (None, 0) else None,
-                         spread=2 * limit if limit else None, progress=progress)
+        listing = {"spread": 2 * limit} if limit else {"keep": ()}
+        checked = survey(space, gpu, problem, progress=progress, **listing)
         feasible = checked.feasible_count
         rejected = [(r.example, r.count) for r in checked.rejections]
         listed = _every_feasible(space, gpu, problem, feasible, _as(PICKING, progress)) if limit is None \
