@@ -55,8 +55,9 @@
 #                                       both sweeps are complete (SWEEP_TRIALS per shape, default 20;
 #                                       SWEEP_TOP, default 3; SWEEP_TIMEOUT=S stops each sweep command
 #                                       after S seconds: run the mode again with the same $DB to go on;
-#                                       SWEEP_LAYOUT=nt sweeps B stored N x K); the database's results exported
-#                                       to $OUT/h200_results.jsonl
+#                                       SWEEP_LAYOUT=nt sweeps B stored N x K; SWEEP_FAMILY=NAME sweeps one family;
+#                                       SWEEP_ROWS=LOW:HIGH only the shapes of LOW to HIGH rows of both sets); the
+#                                       database's results exported to $OUT/h200_results.jsonl
 #   bench/h200.sh bf16                  a first bf16 table from the shipped fp16 results: imports tuned_db/h200.jsonl,
 #                                       then `autotune cross-dtype --dtype bf16 --from-dtype f16`: each shipped f16
 #                                       shape's BF16_TOP (default 3) fastest configs built for bf16, verified and timed
@@ -231,12 +232,18 @@ while [ $# -gt 0 ]; do
             dtype=$1; shift
             layout=${SWEEP_LAYOUT:-row}; name=$dtype${SWEEP_LAYOUT:+_$layout}
             common=(--gpu h200 --dtype "$dtype" --layout "$layout" --trials "${SWEEP_TRIALS:-20}" --top "${SWEEP_TOP:-3}"
-                    --db "$DB" ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"})
+                    --db "$DB" ${SWEEP_TIMEOUT:+--timeout "$SWEEP_TIMEOUT"} ${SWEEP_FAMILY:+--family "$SWEEP_FAMILY"})
             log="$OUT/sweep_${name}.log" step="$OUT/sweep_step.log"
-            python3 -m autotune sweep "${common[@]}" --shapes llm > "$step" 2>&1 || status=1
+            train=llm held_out=llm-held-out
+            if [ -n "${SWEEP_ROWS:-}" ]; then  # LOW:HIGH: the shapes of both sets with LOW to HIGH rows
+                shape_lines llm "${SWEEP_ROWS%:*}" "${SWEEP_ROWS#*:}" > "$OUT/sweep_shapes.txt"
+                shape_lines llm-held-out "${SWEEP_ROWS%:*}" "${SWEEP_ROWS#*:}" > "$OUT/sweep_held_out.txt"
+                train=$OUT/sweep_shapes.txt held_out=$OUT/sweep_held_out.txt
+            fi
+            python3 -m autotune sweep "${common[@]}" --shapes "$train" > "$step" 2>&1 || status=1
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
-            python3 -m autotune sweep "${common[@]}" --shapes llm-held-out --cross-from llm > "$step" 2>&1 || status=1
+            python3 -m autotune sweep "${common[@]}" --shapes "$held_out" --cross-from "$train" > "$step" 2>&1 || status=1
             cat "$step" >> "$log"
             grep -q "stopped at --timeout" "$step" && { tail -3 "$step"; continue; }
             python3 -m autotune retime --gpu h200 --dtype "$dtype" --layout "$layout" --rounds "${SWEEP_ROUNDS:-3}" \
