@@ -169,15 +169,17 @@ def test_sweep_command_searches_each_shape_then_times_the_best_configs_at_every_
     assert evaluated_per_study(url) == {name: 8 for name in names}
 
 
-def test_cross_from_times_other_shapes_best_configs_and_never_the_reverse(tmp_path):
+def test_cross_from_times_other_shapes_best_configs_there_and_never_searches_them(tmp_path):
     url = f"sqlite:///{tmp_path}/results.db"
     train = shape_file(tmp_path, "64x64x64", "128x64x64")
     held = tmp_path / "held.txt"
     held.write_text("96x64x64\n")
     assert autotune(*sweep_args(train, url, trials=6, top=0)).returncode == 0
     before = kernel_results(url)
+    studies = set(evaluated_per_study(url))
     second = autotune(*sweep_args(held, url, trials=6, top=2), "--cross-from", str(train))
     assert second.returncode == 0, second.stderr
+    assert "96x64x64: not searched; cuBLAS" in second.stderr
 
     storage = optuna.storages.RDBStorage(url)
     top = set()
@@ -186,10 +188,21 @@ def test_cross_from_times_other_shapes_best_configs_and_never_the_reverse(tmp_pa
         measured = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.values[0])
         top |= {t.user_attrs["config"] for t in measured[:2]}
     after = kernel_results(url)
-    searched_held = {name for name, m, n, k, study in after if (m, n, k) == (96, 64, 64) and not study.endswith("/cross")}
-    cross = {(name, (m, n, k)) for name, m, n, k, study in after if study.endswith("/cross")}
-    assert cross == {(config, (96, 64, 64)) for config in top - searched_held}  # the training shapes' best, there
+    held_rows = [(name, study) for name, m, n, k, study in after if (m, n, k) == (96, 64, 64)]
+    assert all(study.endswith("/cross") for _, study in held_rows)  # measured, never searched
+    assert {name for name, _ in held_rows} == top  # the training shapes' best, there
+    assert set(evaluated_per_study(url)) == studies  # no study of the held-out shape
     assert [row for row in after if (row[1], row[2], row[3]) != (96, 64, 64)] == before  # training shapes untouched
+    store = ResultStore(url)
+    assert store.cublas_reference(KEY, GemmProblem(96, 64, 64)) is not None  # cuBLAS timed there, for the table
+
+
+def test_cross_from_needs_configs_to_time(tmp_path):
+    shapes = shape_file(tmp_path, "64x64x64")
+    result = autotune(*sweep_args(shapes, f"sqlite:///{tmp_path}/results.db", trials=6, top=0),
+                      "--cross-from", str(shapes))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("autotune: error: invalid --top 0: expected a number >= 1")
 
 
 def test_an_interrupted_sweep_reruns_to_exactly_its_trials_per_shape(tmp_path):

@@ -48,7 +48,8 @@ def register(sub) -> None:
                             "0: none)")
     sweep.add_argument("--cross-from", metavar="SHAPES",
                        help="time the best configs of these tuned shapes (a set or file, as --shapes) at the swept "
-                            "shapes, instead of the swept shapes' own: how kernels found on some shapes do on others")
+                            "shapes, which are then not searched (cuBLAS is timed there): how kernels found on some "
+                            "shapes do on others, e.g. on a held-out set")
     add_pin_argument(sweep)
     add_wide_argument(sweep)
     add_resumable_run_arguments(sweep)
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     choose_family(args.family, args.dtype, requested or GPUS["h200"], args.layout, pinned)  # bad --family, --dtype, --layout, --pin: before the GPU
     if args.top < 0:
         raise InputError("--top", args.top, "a number >= 0 (0: no cross measurement)")
+    if sources and args.top == 0:
+        raise InputError("--top", args.top, "a number >= 1 with --cross-from (the configs timed at the swept shapes)")
     if args.device < 0:
         raise InputError("--device", args.device, "a CUDA device index >= 0")
 
@@ -78,8 +81,10 @@ def run(args: argparse.Namespace) -> int:
     line = SweepLine()
     with started_sweep(request, on_progress=line.progress, on_shape=line.shape) as sweep:
         env = sweep.worker.environment()
+        what = (f"the best {args.top} configs of each shape of {args.cross_from} timed, not searched" if sources
+                else f"{args.trials} trials each")
         print(f"sweeping {sweep.space.family} over {len(problems)} {args.dtype} shapes ({args.shapes}) on "
-              f"{env.gpu_name} ({env.arch}), {args.trials} trials each, device {args.device}", file=sys.stderr)
+              f"{env.gpu_name} ({env.arch}), {what}, device {args.device}", file=sys.stderr)
         try:
             result = sweep.run()
         finally:
@@ -135,6 +140,8 @@ class SweepLine:
     @staticmethod
     def shape_text(outcome) -> str:
         done = " (done earlier)" if outcome.earlier else ""
+        if not outcome.searched:
+            return f"{outcome.problem.shape}: not searched; cuBLAS {outcome.cublas_ms:.4g} ms"
         if outcome.best_ms is None:
             return f"{outcome.problem.shape}: no config verified in {outcome.evaluated} evaluations{done}"
         warm = f", {outcome.warm_start} warm-start configs" if outcome.warm_start else ""

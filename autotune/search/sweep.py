@@ -10,6 +10,9 @@
 * Warm start: before a shape's search, the best configs of the nearest already-tuned
   shapes in the database (same GPU, dtype and family; nearest as in
   :func:`autotune.shapes.nearest`) are tried first, where the static rules admit them.
+* Measuring only: with ``cross_from`` (shapes tuned earlier) the swept shapes are not searched: each gets
+  cuBLAS's time (unless one is stored), then the cross measurement, so a held-out set is judged without
+  being tuned on.
 * Cross measurement: the best ``top`` distinct configs of every swept shape (or of the
   shapes of ``cross_from``, tuned earlier) are verified and timed at every swept shape
   where they are feasible and have no result yet (no Optuna trials), and stored as
@@ -42,7 +45,7 @@ from autotune.results.models import Environment, Kernel, Problem
 from autotune.results.models import Failure as FailureRow
 from autotune.results.models import Measurement as MeasurementRow
 from autotune.results.rows import problem_fields
-from autotune.search.evaluate import Measuring, Recorder, run_candidate
+from autotune.search.evaluate import Measuring, Recorder, run_candidate, run_cublas
 from autotune.search.search import Search, study_name
 from autotune.search.settings import WARM_NEIGHBOURS, WARM_PER_NEIGHBOUR, SweepSettings
 from autotune.search.study import StudyView, optuna_storage, trial_ms, trial_params
@@ -88,6 +91,7 @@ class ShapeOutcome:
     cublas_ms: float | None
     warm_start: int  # warm-start configs offered to the search (0 for a shape done earlier)
     earlier: bool  # the study had its trials before this run: not searched again
+    searched: bool = True  # False: measured only (``cross_from``): cuBLAS here, then the cross measurement
 
     @property
     def ratio(self) -> float | None:
@@ -130,23 +134,25 @@ class Sweep:
         self._started = time.monotonic()
         self._done: dict[GemmProblem, int] = {}  # evaluations per shape, as last seen
         self._best: dict[GemmProblem, float | None] = {}  # the best time of each shape's search
-        self._progress = SweepProgress(0, len(self.problems), 0, settings.trials * len(self.problems))
+        self._trials = 0 if settings.cross_from else settings.trials  # per shape: none where only measured
+        self._progress = SweepProgress(0, len(self.problems), 0, self._trials * len(self.problems))
 
     def run(self) -> SweepResult:
         self._started = time.monotonic()
         views = {problem: self._view(problem) for problem in self.problems}
-        self._done = {problem: min(view.evaluated, self.settings.trials) for problem, view in views.items()}
+        self._done = {problem: min(view.evaluated, self._trials) for problem, view in views.items()}
         self._progress.evaluated = sum(self._done.values())
         outcomes = []
         for position, problem in enumerate(self.problems):
             if self._time_left() == 0:
                 return SweepResult(tuple(outcomes), None, complete=False)
             self._progress.phase = problem.shape
-            outcome = self._shape(problem, views[problem], self.settings.search.seed + position)
+            outcome = (self._reference(problem) if self.settings.cross_from
+                       else self._shape(problem, views[problem], self.settings.search.seed + position))
             outcomes.append(outcome)
             self._progress.shapes_done += 1
             self.on_shape(outcome)
-            if outcome.evaluated < self.settings.trials and self._time_left() == 0:  # cut short by the time limit
+            if outcome.evaluated < self._trials and self._time_left() == 0:  # cut short by the time limit
                 return SweepResult(tuple(outcomes), None, complete=False)
         if self.settings.top == 0:
             return SweepResult(tuple(outcomes), None, complete=True)
@@ -173,6 +179,15 @@ class Sweep:
         return ShapeOutcome(problem, result.study_name, result.evaluated,
                             result.best_config.name if result.best_config else None, best_ms,
                             result.cublas.timing.median_ms, len(warm), earlier=False)
+
+    def _reference(self, problem: GemmProblem) -> ShapeOutcome:
+        """A shape measured, not searched: cuBLAS's stored time there, else cuBLAS measured and stored now."""
+        cublas_ms = self.store.cublas_reference(self.gpu.key, problem)
+        if cublas_ms is None:
+            measurement = run_cublas(self.worker, Measuring.of(problem, self.settings.search))
+            Recorder(self.store, self.worker.environment(), problem, f"{self.names[problem]}/{CROSS}").cublas(measurement)
+            cublas_ms = measurement.timing.median_ms
+        return ShapeOutcome(problem, self.names[problem], 0, None, None, cublas_ms, 0, earlier=False, searched=False)
 
     def _earlier(self, problem: GemmProblem, view: StudyView) -> ShapeOutcome:
         best = min(view.measured, key=trial_ms, default=None)
