@@ -21,7 +21,7 @@ from autotune.cli import main
 from autotune.cli.progress import TerminalProgress, progress_text
 from autotune.export import prebuilt
 from autotune.export.compile import COMPILING, compile_table
-from autotune.export.shipped import SOURCE, shipped_store
+from autotune.export.shipped import SOURCE, shipped_hold_out, shipped_store
 from autotune.kernel.compile import nvrtc_version
 from autotune.problem import DTYPES
 from autotune.runtime import Runtime, devices, sources
@@ -57,14 +57,26 @@ def test_the_committed_prebuilt_tables_are_the_tables_built_from_the_shipped_res
         assert files == sorted(prebuilt.table_path(scope).name for scope, _ in scopes), REBUILD
         for scope, arch in scopes:
             gpu = None if scope == arch else scope
-            built = prebuilt.tuned_dtypes(dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch),
-                                                              source=SOURCE))
+            built = prebuilt.tuned_dtypes(dataclasses.replace(
+                build_table(store, DTYPES, gpu=gpu, arch=arch, hold_out=shipped_hold_out()), source=SOURCE))
             current = prebuilt.read_prebuilt(scope)
             assert current is not None, f"{scope}: the prebuilt table is not current; {REBUILD}"
             assert without_cubins(current.table) == without_cubins(built), f"{scope}: {REBUILD}"
             assert current.gpus == tuple(sorted({key for key, _, _ in store.gpus()}))
             assert all(k.cubin[:4] == b"\x7fELF" and k.resources.registers > 0
                        for dtype in current.table.dtypes.values() for k in dtype.kernels)
+
+
+def test_the_committed_tables_never_rule_a_shape_of_the_set_that_judges_them():
+    """The held-out shapes have shipped measurements (to judge the tables by), and no table takes them."""
+    held_out = set(shipped_hold_out())
+    with shipped_store() as store:
+        measured = {(p.m, p.n, p.k) for key, _, _ in store.gpus() for dtype in DTYPES for p in store.problems(key, dtype)}
+    assert held_out & measured, "the shipped results no longer measure the held-out shapes: nothing to judge by"
+    for path in prebuilt.folder().glob(f"*{prebuilt.TABLE_SUFFIX}"):
+        table = prebuilt.read_prebuilt(path.name.removesuffix(prebuilt.TABLE_SUFFIX)).table
+        ruled = {rule.shape for _, _, dtype in table.dtype_tables() for rule in dtype.rules}
+        assert ruled and not ruled & held_out, f"{path.name} rules held-out shapes {sorted(ruled & held_out)}"
 
 
 def test_the_committed_cubins_are_what_nvrtc_builds(monkeypatch, tmp_path):

@@ -95,6 +95,7 @@ def _prebuilt(scope: str, dtypes: tuple[str, ...]) -> KernelTable | None:
 
 def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], progress) -> KernelTable:
     """The table of ``gpu`` (or ``--arch``) built from the database, or from the shipped results."""
+    from autotune.export.shipped import shipped_hold_out
     from autotune.runtime.sources import shipped_store
     from autotune.select.selection import build_table, ignored_environments
 
@@ -111,7 +112,8 @@ def _built(args: argparse.Namespace, gpu: str | None, dtypes: tuple[str, ...], p
                              + (", ".join(held) if held else no_results_hint(store)) + hint)
         for line in ignored_environments(store, gpu=gpu, arch=args.arch):
             print(f"autotune: {line}", file=sys.stderr)
-        table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress)
+        table = build_table(store, dtypes, gpu=gpu, arch=args.arch, progress=progress,
+                            hold_out=shipped_hold_out() if args.shipped else ())
         table = dataclasses.replace(table, source=source)
         others = sorted({key for key, _, arch in store.gpus() if arch == table.arch and key != gpu})
     if not any(t.rules for _, _, t in table.dtype_tables()):

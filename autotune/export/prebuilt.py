@@ -37,7 +37,7 @@ from typing import Any
 
 from autotune.data_files import data_dir
 from autotune.errors import AutotuneError, CompilerError
-from autotune.export.shipped import SOURCE, results_digest
+from autotune.export.shipped import SOURCE, results_digest, shipped_hold_out
 from autotune.gpu_specs import GPUS
 from autotune.kernel.cubin import check_cubin
 from autotune.kernel_abi import KERNEL_ARGUMENTS
@@ -86,6 +86,7 @@ def inputs(scope: str, arch: str, families: Iterable[str]) -> dict[str, Any]:
         "templates": {family: load_space(family).template_hash for family in sorted(families)},
         "gpu": dataclasses.asdict(spec),
         "selection": SELECTION_RULE,
+        "held_out": shipped_hold_out(),
         "schema_version": SCHEMA_VERSION,
         "kernel_arguments": KERNEL_ARGUMENTS,
     }))
@@ -209,8 +210,8 @@ def build_prebuilt(progress: ProgressCallback = no_progress, jobs: int | None = 
                     for config in gather(store, key, dtype).configs.values()}
         for scope, arch in scopes(store):
             gpu = None if scope == arch else scope
-            table = tuned_dtypes(dataclasses.replace(build_table(store, DTYPES, gpu=gpu, arch=arch, progress=progress),
-                                                     source=SOURCE))
+            built_table = build_table(store, DTYPES, gpu=gpu, arch=arch, progress=progress, hold_out=shipped_hold_out())
+            table = tuned_dtypes(dataclasses.replace(built_table, source=SOURCE))
             if not table.dtype_tables():
                 continue
             record = {"inputs": inputs(scope, arch, families), "gpus": gpus,

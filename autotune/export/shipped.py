@@ -14,6 +14,7 @@ import os
 from autotune.progress import ProgressCallback, no_progress
 
 SOURCE = "the results shipped with autotune"  # a shipped table's source, as tables and notes show it
+HELD_OUT = "llm-held-out"  # the shape set that judges the shipped tables, so left out of them
 IMPORTING = "importing the shipped results"  # what shipped_store reports its progress as
 
 
@@ -25,6 +26,14 @@ def results_digest(*extra) -> str:
     for path in shipped_results():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def shipped_hold_out() -> tuple[tuple[int, int, int], ...]:
+    """The shapes the shipped tables are built without (those of ``HELD_OUT``): a shipped table is judged on
+    them (``autotune table --hold-out llm-held-out``), so it never takes their measurements into its rules."""
+    from autotune.shapes import read_shapes
+
+    return tuple(read_shapes(HELD_OUT))
 
 
 def shipped_store(progress: ProgressCallback = no_progress):

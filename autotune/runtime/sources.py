@@ -19,7 +19,7 @@ from pathlib import Path
 
 from autotune.errors import AutotuneError
 from autotune.export.prebuilt import shipped_table
-from autotune.export.shipped import SOURCE, results_digest, shipped_store
+from autotune.export.shipped import SOURCE, results_digest, shipped_hold_out, shipped_store
 from autotune.gpu_specs import spec_for_device
 from autotune.problem import DTYPES
 from autotune.runtime.dispatch import TableChoice
@@ -58,14 +58,15 @@ def choose_table(gpu_name: str, arch: str, device: int, loaded: tuple[KernelTabl
     return TableChoice(None, f"no tuned results for {gpu_name} ({arch}) in the user's database or those shipped")
 
 
-def _from_store(store, where: str, key: str | None, gpu_name: str, arch: str) -> TableChoice | None:
+def _from_store(store, where: str, key: str | None, gpu_name: str, arch: str,
+                hold_out: tuple[tuple[int, int, int], ...] = ()) -> TableChoice | None:
     from autotune.select.selection import build_table  # the database layer loads only where a table is built
 
     known = store.gpus()
     if key is not None and any(k == key for k, _, _ in known):
-        table = build_table(store, DTYPES, gpu=key)
+        table = build_table(store, DTYPES, gpu=key, hold_out=hold_out)
     elif any(sm == arch for _, _, sm in known):
-        table = build_table(store, DTYPES, arch=arch)
+        table = build_table(store, DTYPES, arch=arch, hold_out=hold_out)
     else:
         return None
     return TableChoice(table, _note(table, key, gpu_name, where))
@@ -111,7 +112,7 @@ def _shipped_choice(key: str | None, gpu_name: str, arch: str) -> TableChoice | 
         else:
             return TableChoice(table, _note(table, key, gpu_name, SHIPPED))
     with shipped_store() as store:
-        choice = _from_store(store, SHIPPED, key, gpu_name, arch)
+        choice = _from_store(store, SHIPPED, key, gpu_name, arch, hold_out=shipped_hold_out())
     if choice is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".tmp{os.getpid()}")
@@ -126,7 +127,8 @@ def shipped_table_path(key: str | None, arch: str) -> Path:
     from autotune.kernel.compile import cache_dir
     from autotune.select.kernel_table import SCHEMA_VERSION, SELECTION_RULE
 
-    digest = results_digest(__version__, key, arch, SCHEMA_VERSION, SELECTION_RULE)[:16]  # a new rule: built anew
+    digest = results_digest(__version__, key, arch, SCHEMA_VERSION, SELECTION_RULE,  # a new rule: built anew
+                            shipped_hold_out())[:16]
     return cache_dir() / "tables" / f"shipped-{key or arch}-{digest}.json"
 
 

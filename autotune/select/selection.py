@@ -338,14 +338,14 @@ def quality(report: Sequence[HeldOut]) -> Quality:
 
 def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = None, arch: str | None = None,
                 max_kernels: int = MAX_KERNELS, progress: ProgressCallback = no_progress,
-                layouts: tuple[str, ...] = LAYOUTS) -> KernelTable:
+                layouts: tuple[str, ...] = LAYOUTS, hold_out: Iterable[Shape] = ()) -> KernelTable:
     """The table of ``gpu`` (a GPU key) or of every GPU of ``arch`` from the results in ``store``.
 
     A known GPU's table is of its own architecture, whatever environments filed under its key say;
     an architecture's table takes the GPUs measured as it, but not a known GPU of another architecture
     (:func:`ignored_environments`). Per dtype, the table is :func:`build`'s from every measured shape
-    (where several GPUs timed a config at a shape, the fastest measurement counts), each rule with its
-    leave-one-out quality. Kernels are not compiled here (:func:`autotune.export.compile.compile_table`).
+    (where several GPUs timed a config at a shape, the fastest measurement counts) but those of ``hold_out``,
+    each rule with its leave-one-out quality. Kernels are not compiled here (:func:`autotune.export.compile.compile_table`).
     Layouts other than "row" get a dtype's table only where it has rules. ``progress`` hears of each
     (layout, dtype) table done (``building the table``).
     """
@@ -363,7 +363,7 @@ def build_table(store: ResultStore, dtypes: tuple[str, ...], gpu: str | None = N
     kinds = [(layout, dtype) for layout in layouts for dtype in dtypes]
     progress(BUILDING, 0, len(kinds))
     for done, (layout, dtype) in enumerate(kinds, 1):
-        selection = build(store, spec, keys, dtype, max_kernels, layout=layout)
+        selection = build(store, spec, keys, dtype, max_kernels, hold_out=hold_out, layout=layout)
         if selection.table.rules or layout == "row":
             quality_of = {(h.problem.m, h.problem.n, h.problem.k): h.fraction_of_best for h in held_out(selection)}
             rules = tuple(dataclasses.replace(rule, held_out_fraction_of_best=quality_of.get(rule.shape))
