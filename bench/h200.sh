@@ -89,6 +89,9 @@
 #                                       shape, default 24; top 3 kept), its best configs then timed at the held-out
 #                                       set's few-row shapes (--cross-from), cuBLAS beside each; the results exported
 #                                       to $OUT/hgemv_results.jsonl (12 + 3 shapes per run; not timed yet)
+#   bench/h200.sh profile DTYPE:SIZE:CONFIG...  Nsight Compute (ncu) on the config's kernel and on cuBLAS's at SIZE,
+#                                       each launched as bench/ratio_repeat.py does (L2 flushed, clocks free), into
+#                                       $OUT/profile_DTYPE_SIZE_{kernel,cublas}.txt
 #   bench/h200.sh brute-force [NAME]    every feasible config of a sub-space (default wgmma4096: hgemm_wgmma at
 #                                       4096^3 f16, 2740 configs) verified and timed, and cuBLAS, into
 #                                       $OUT/replay_NAME.jsonl, the table bench/replay.py replays searches over
@@ -339,13 +342,31 @@ for name, file in (("llm", "hgemv_shapes.txt"), ("llm-held-out", "hgemv_held_out
         python3 bench/brute_force.py --out "$OUT" --sub-space "$name" --timeout "${BRUTE_TIMEOUT:-480}" \
             2>&1 | tee -a "$OUT/brute_force_$name.log" || status=1
         ;;
+    profile)
+        # DTYPE:SIZE:CONFIG: Nsight Compute on the config's kernel and on cuBLAS's at that shape, as
+        # bench/ratio_repeat.py runs them (2 rounds, the L2 flushed), clocks left free (as in a real run)
+        ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        if [ -z "$ncu" ]; then echo "profile: no ncu (Nsight Compute) on this machine" | tee "$OUT/profile.log"; status=1; fi
+        while [ $# -gt 0 ] && [[ $1 == *:*:* ]]; do
+            IFS=: read -r dtype size config <<< "$1"; shift
+            [ -n "$ncu" ] || continue
+            for side in kernel cublas; do
+                filter='regex:^[sh]gemm_'; [ $side = cublas ] && filter='regex:nvjet|cutlass|xmma|gemv|splitK'
+                "$ncu" --clock-control none -k "$filter" -c 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+                    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+                    --section MemoryWorkloadAnalysis --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,gpc__cycles_elapsed.max \
+                    python3 bench/ratio_repeat.py --rounds 2 --shape "$size" --dtype "$dtype" --config "$config" --db "$DB" \
+                    > "$OUT/profile_${dtype}_${size}_$side.txt" 2>&1 || status=1
+            done
+        done
+        ;;
     mismatch)
         python3 -m autotune search --gpu t4 --shape 4096 --dtype f32 --trials 1 --db "$DB" > "$OUT/mismatch.log" 2>&1
         echo "exit code $?" >> "$OUT/mismatch.log"
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., retime, runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., retime, runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], profile DTYPE:SIZE:CONFIG..., mismatch" >&2; exit 2
         ;;
     esac
 done
