@@ -90,8 +90,8 @@
 #                                       set's few-row shapes (--cross-from), cuBLAS beside each; the results exported
 #                                       to $OUT/hgemv_results.jsonl (12 + 3 shapes per run; not timed yet)
 #   bench/h200.sh profile DTYPE:SIZE:CONFIG...  Nsight Compute (ncu) on the config's kernel and on cuBLAS's at SIZE,
-#                                       each launched as bench/ratio_repeat.py does (L2 flushed, clocks free), into
-#                                       $OUT/profile_DTYPE_SIZE_{kernel,cublas}.txt
+#                                       each launched as bench/ratio_repeat.py does (L2 flushed; clocks free, or
+#                                       PROFILE_CLOCKS=base: locked at base), into $OUT/profile_DTYPE_SIZE_{kernel,cublas}.txt
 #   bench/h200.sh brute-force [NAME]    every feasible config of a sub-space (default wgmma4096: hgemm_wgmma at
 #                                       4096^3 f16, 2740 configs) verified and timed, and cuBLAS, into
 #                                       $OUT/replay_NAME.jsonl, the table bench/replay.py replays searches over
@@ -344,15 +344,19 @@ for name, file in (("llm", "hgemv_shapes.txt"), ("llm-held-out", "hgemv_held_out
         ;;
     profile)
         # DTYPE:SIZE:CONFIG: Nsight Compute on the config's kernel and on cuBLAS's at that shape, as
-        # bench/ratio_repeat.py runs them (2 rounds, the L2 flushed), clocks left free (as in a real run)
+        # bench/ratio_repeat.py runs them (2 rounds, the L2 flushed), clocks left free (as in a real run) unless
+        # PROFILE_CLOCKS says otherwise (base: locked at the base clock, for cycle counts that power does not move)
         ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         if [ -z "$ncu" ]; then echo "profile: no ncu (Nsight Compute) on this machine" | tee "$OUT/profile.log"; status=1; fi
         while [ $# -gt 0 ] && [[ $1 == *:*:* ]]; do
             IFS=: read -r dtype size config <<< "$1"; shift
             [ -n "$ncu" ] || continue
             for side in kernel cublas; do
-                filter='regex:^[sh]gemm_'; [ $side = cublas ] && filter='regex:nvjet|cutlass|xmma|gemv|splitK'
-                "$ncu" --clock-control none -k "$filter" -c 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+                filter='regex:^[sh]gemm_'
+                if [ $side = cublas ]; then  # f32: the first matches may be the verification's reference GEMM
+                    filter='regex:^nvjet'; [ "$dtype" = f32 ] && filter='regex:cutlass|xmma|gemv|splitK'
+                fi
+                "$ncu" --clock-control "${PROFILE_CLOCKS:-none}" -k "$filter" -c 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
                     --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
                     --section MemoryWorkloadAnalysis --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,gpc__cycles_elapsed.max \
                     python3 bench/ratio_repeat.py --rounds 2 --shape "$size" --dtype "$dtype" --config "$config" --db "$DB" \
