@@ -18,7 +18,8 @@
 #   bench/h200.sh runtime               export the shipped H200 table (--format python) and run
 #                                       bench/runtime_check.py with it: 25 shapes per dtype (f32, f16, bf16) and 15 of x @ W.T against cuBLAS
 #                                       (CHECK_SHAPES=SET: that shape set's shapes instead, e.g. llm-held-out, for
-#                                       every dtype and as x @ W.T; `cudalib` takes it too)
+#                                       every dtype and as x @ W.T; `cudalib` takes it too; CHECK_BETA=B times
+#                                       c = a @ b + B * c instead of beta 0)
 #   bench/h200.sh warm-timing           the table's kernel against cuBLAS at a few MLP shapes and squares, L2 flushed
 #                                       (as searches time) and back to back (as a model runs), and a profile of the
 #                                       runtime's host time per call (bench/warm_timing.py)
@@ -165,7 +166,8 @@ while [ $# -gt 0 ]; do
         source=(--shipped); [ -n "${RUNTIME_DB:-}" ] && source=(--db "$DB")
         python3 -m autotune export --gpu h200 "${source[@]}" --format python --out "$BUILD/export" 2>&1 | tee "$OUT/runtime.log" || status=1
         cp "$BUILD/export/autotune_table_h200.json" "$OUT/runtime_table.json" 2>/dev/null
-        python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" ${CHECK_SHAPES:+--shapes "$CHECK_SHAPES"} --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
+        python3 bench/runtime_check.py --table "$BUILD/export/autotune_table_h200_with_cubins.json" ${CHECK_SHAPES:+--shapes "$CHECK_SHAPES"} \
+            ${CHECK_BETA:+--beta "$CHECK_BETA"} --out "$OUT" 2>&1 | tee -a "$OUT/runtime.log" || status=1
         ;;
     retime)
         python3 -m autotune results import tuned_db/h200.jsonl --db "$DB" 2>&1 | tee -a "$OUT/retime.log" || status=1

@@ -19,6 +19,7 @@ host time per call against ``cupy.matmul`` on a small shape.
 Every path is held to fp32 accumulation's bound, PyTorch's matmul (the fallback for bf16 tensors) too: the check
 turns off PyTorch's default bf16 reduced-precision reduction (``allow_bf16_reduced_precision_reduction``), which
 takes PyTorch's bf16 ``addmm`` at 777x1333x555 to 3.9x that bound (0.46x without it; bench/mlp_kernels.py).
+``--beta B`` times ``c = a @ b + B * c`` instead of beta 0 (the verification is the same).
 ``--shapes`` (a shape set such as ``llm-held-out``, or a shape file) replaces both lists: each of its shapes is
 checked for every dtype, and as ``x @ W.T`` for f16 and bf16.
 Writes runtime_check.csv and runtime_check.json under --out; exits 1 on any failure.
@@ -69,8 +70,8 @@ def users_array(array: cupy.ndarray, dtype: str):
     return torch.from_dlpack(array).view(torch.bfloat16)
 
 
-def check_shape(problem: GemmProblem, seed: int) -> dict:
-    """Verify (beta 0 and 0.5) and time one shape; the row for the report."""
+def check_shape(problem: GemmProblem, seed: int, timed_beta: float = 0.0) -> dict:
+    """Verify (beta 0 and 0.5) and time one shape (``c = a @ b + timed_beta * c``); the row for the report."""
     operands = measure.make_operands(problem, seed)
     a, b, target = (users_array(x, problem.dtype) for x in (operands.a, operands.b, operands.out))
     if problem.b_transposed:
@@ -86,13 +87,13 @@ def check_shape(problem: GemmProblem, seed: int) -> dict:
         worst = max(worst, result.max_error)
         if not result.passed:
             return _row(problem, decision, worst, None, None, None, f"beta {beta}: {result.describe()}")
-    launches = {"ours": lambda: autotune.gemm(a, b, out=target),
-                "cublas": measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, problem.element,
+    launches = {"ours": lambda: autotune.gemm(a, b, out=target, beta=timed_beta),
+                "cublas": measure.CublasGemm(operands.a, operands.b, operands.out, 1.0, timed_beta, problem.element,
                                              problem.b_transposed)}
     if decision.pick:
-        launches["tuned"] = _tuned_launch(decision, (a, b, target))
+        launches["tuned"] = _tuned_launch(decision, (a, b, target), timed_beta)
     if problem.dtype == "bf16":  # what a PyTorch user calls otherwise, and the runtime's fallback for these tensors
-        launches["torch"] = lambda: target.addmm_(a, b, beta=0.0, alpha=1.0)
+        launches["torch"] = lambda: target.addmm_(a, b, beta=timed_beta, alpha=1.0)
     ms = interleaved(launches)
     row = _row(problem, decision, worst, ms["ours"], ms["cublas"], ms.get("tuned"), "ok")
     row["torch_addmm_ms"] = ms.get("torch")
@@ -111,14 +112,14 @@ def interleaved(launches: dict, rounds: int = ROUNDS, repeats: int = 6) -> dict[
     return {name: float(numpy.median(times)) for name, times in samples.items()}
 
 
-def _tuned_launch(decision, arrays):
+def _tuned_launch(decision, arrays, beta: float = 0.0):
     """The table's tuned kernel for this call launched directly: the one it runs, or the one cuBLAS stood in for."""
     runtime = autotune.runtime.runtime_for(0)
     table = runtime.choice.table
     kernel = table.for_layout(decision.layout)[decision.dtype].kernel(decision.pick.kernel)
     device = runtime.device
     a, b, out = (device.operand(array, name) for array, name in zip(arrays, ("a", "b", "out")))
-    return lambda: device.launch(kernel, table.arch, a, b, out, 1.0, 0.0, cupy.cuda.get_current_stream())
+    return lambda: device.launch(kernel, table.arch, a, b, out, 1.0, beta, cupy.cuda.get_current_stream())
 
 
 def _row(problem, decision, worst, ms, cublas_ms, tuned_ms, status) -> dict:
@@ -224,6 +225,8 @@ def main() -> int:
     parser.add_argument("--table", help="a table file from `autotune export --format python` (default: looked up)")
     parser.add_argument("--shapes", help="check these shapes instead (a shape set such as llm-held-out, or a file)")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--beta", type=float, default=0.0,
+                        help="time c = a @ b + BETA * c (default 0; the table's times are of beta 0)")
     args = parser.parse_args()
     shapes, nt_shapes = (SHAPES, NT_SHAPES) if args.shapes is None else (read_shapes(args.shapes),) * 2
     if args.table:
@@ -240,10 +243,10 @@ def main() -> int:
     problems = [GemmProblem(*shape, dtype) for dtype in DTYPES for shape in shapes]
     problems += [GemmProblem(*shape, dtype, "nt") for dtype in NT_DTYPES for shape in nt_shapes]
     for seed, problem in enumerate(problems):
-        row = check_shape(problem, seed)
+        row = check_shape(problem, seed, args.beta)
         rows.append(row)
         print(_line(row), flush=True)
-    report = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+    report = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "timed_beta": args.beta,
               "table": str(autotune.runtime.runtime_for(0).choice.note), "shapes": rows,
               "fallbacks": check_fallbacks(), "torch": check_torch(), "host_us_per_call": host_overhead()}
     with open(out / "runtime_check.csv", "w", newline="") as stream:
