@@ -206,6 +206,31 @@ def test_the_runtime_runs_the_kernel_where_it_is_predicted_faster_and_says_by_ho
         decision)
 
 
+def test_with_beta_not_0_a_kernel_that_reads_c_slowly_gives_way_to_cublas_and_others_run(runtime):
+    rt, device = runtime
+    a, b = _matrices(120, 128, 128)  # the tuned kernel's shape (above)
+    c = RNG.standard_normal((120, 128)).astype(numpy.float32)
+    expected = a @ b + 0.5 * c
+    assert numpy.allclose(rt.gemm(a, b, out=c, beta=0.5), expected, rtol=1e-5, atol=1e-4)
+    assert device.calls == [("kernel", "t16", (8, 8, 1))]  # an sgemm kernel: the table's pick stands
+
+    table = rt.choice.table
+    dtype = table.dtypes["f32"]
+    slow = dataclasses.replace(dtype, kernels=tuple(dataclasses.replace(k, family="hgemm_wgmma") for k in dtype.kernels))
+    rt2 = Runtime(device, (dataclasses.replace(table, dtypes={"f32": slow}), "test table"))
+    device.calls.clear()
+    c = RNG.standard_normal((120, 128)).astype(numpy.float32)
+    rt2.gemm(a, b, out=c)  # beta 0: the kernel; then beta 0.5 on the same operands: cuBLAS, not the route kept
+    rt2.gemm(a, b, out=c, beta=0.5)
+    rt2.gemm(a, b, out=c)
+    assert device.calls == [("kernel", "t16", (8, 8, 1)), ("cublas",), ("kernel", "t16", (8, 8, 1))]
+    decision = rt2.explain(a, b, c, beta=0.5)
+    assert decision.uses_cublas and decision.pick is not None and not decision.pick.cublas
+    assert str(decision).startswith("f32 120x128x128: cuBLAS, because beta is not 0: hgemm_wgmma kernels read C far "
+                                    "slower than cuBLAS, and the table's times are of beta 0")
+    assert not rt2.explain(a, b, c).uses_cublas
+
+
 # -- the held-out report and `autotune table` ----------------------------------------------------------
 
 
@@ -398,10 +423,12 @@ def _kernel_for(library: Path, shapes: dict, **env) -> dict[str, list[str]]:
     return json.loads(result.stdout)
 
 
-def _to_cublas(dtype_table: DtypeTable, shape: tuple[int, int, int]) -> bool:
-    """Whether a call runs cuBLAS where it loads: the table picks it, or the shape is outside the tuned range
-    (autotune.runtime.dispatch.decide)."""
-    return dtype_table.pick(*shape).cublas or dtype_table.outside(*shape) is not None
+def _to_cublas(dtype_table: DtypeTable, shape: tuple[int, int, int], beta: float = 0.0) -> bool:
+    """Whether a call runs cuBLAS where it loads: the table picks it, the shape is outside the tuned range, or beta
+    is not 0 and the kernel reads C slowly (autotune.runtime.dispatch.decide)."""
+    pick = dtype_table.pick(*shape)
+    slow = beta != 0 and pick.kernel is not None and dtype_table.kernel(pick.kernel).reads_c_slowly
+    return pick.cublas or dtype_table.outside(*shape) is not None or slow
 
 
 @needs_compilers
@@ -515,7 +542,7 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
         pick = table.dtypes[dtype].pick(m, n, k)
         launches = [line for line in lines if line.startswith("cuLaunchKernel")]
         gemms = [line for line in lines if line.startswith(("cublasSgemm_v2", "cublasGemmEx"))]
-        if not _to_cublas(table.dtypes[dtype], (m, n, k)):
+        if not _to_cublas(table.dtypes[dtype], (m, n, k), beta=-0.5):
             assert len(launches) == 1 and gemms == [], (m, n, k)
             assert launches[0].startswith(f"cuLaunchKernel {table.dtypes[dtype].kernel(pick.kernel).launch.entry} ")
             assert not any(line.startswith(CUBLAS_CALLS) for line in lines)
@@ -531,6 +558,24 @@ def test_calls_run_cublas_where_the_table_picks_it_with_row_major_operands_swapp
             assert gemms == [f"cublasGemmEx handle 256 op 0 0 m {n} n {m} k {k} alpha 1.5 A {B} type {kind} lda {n} "
                              f"B {A} type {kind} ldb {k} beta -0.5 C {C} type {kind} ldc {n} compute 68 algo -1"]
         assert lines.index(gemms[0]) > lines.index(f"cublasSetStream_v2 handle 256 stream {STREAM}")
+
+
+@needs_compilers
+def test_a_call_with_beta_runs_cublas_where_the_kernel_reads_c_slowly_and_the_kernel_without_cublas(
+        exported, stand_ins, tmp_path):
+    table, _, library = exported
+    (m, n, k), = _picked_shapes(table, "f16", False, 1)
+    kernel = table.dtypes["f16"].kernel(table.dtypes["f16"].pick(m, n, k).kernel)
+    assert kernel.reads_c_slowly  # an hgemm_wgmma kernel
+    calls = [["autotune_hgemm", m, n, k, 1.0, A, B, beta, C, STREAM] for beta in (0.0, 0.5)]
+    results, logged = _calls(library, stand_ins, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * 2
+    assert any(line.startswith(f"cuLaunchKernel {kernel.launch.entry} ") for line in logged[0])
+    assert not any(line.startswith("cuLaunchKernel") for line in logged[1])
+    assert any(line.startswith("cublasGemmEx") and " beta 0.5 " in line for line in logged[1])
+    results, logged = _calls(library, stand_ins, tmp_path, calls[1:], AUTOTUNE_GEMM_CUBLAS="off")
+    assert results == [[SUCCESS, ""]]
+    assert any(line.startswith(f"cuLaunchKernel {kernel.launch.entry} ") for line in logged[0])
 
 
 @needs_compilers
@@ -669,8 +714,8 @@ def test_the_kernels_layout_goes_the_way_of_the_plain_function(exported, stand_i
     shapes = _picked_shapes(table, dtype, False, 3) + _picked_shapes(table, dtype, True, 2)
     calls = []
     for m, n, k in shapes:
-        plain = [FUNCTIONS[dtype], m, n, k, 0.75, A, B, 0.25, C, STREAM]
-        calls += [plain, _ex_call(dtype, OP_N, OP_N, m, n, k, k, n, n, alpha=0.75, beta=0.25), plain]
+        plain = [FUNCTIONS[dtype], m, n, k, 0.75, A, B, 0.0, C, STREAM]  # beta 0: where every kernel runs
+        calls += [plain, _ex_call(dtype, OP_N, OP_N, m, n, k, k, n, n, alpha=0.75, beta=0.0), plain]
     results, logged = _calls(library, stand_ins, tmp_path, calls)
     assert results == [[SUCCESS, ""]] * len(calls)
     for i, shape in enumerate(shapes):

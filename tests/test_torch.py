@@ -380,19 +380,21 @@ def test_a_repeated_call_of_a_kernel_layout_launches_by_its_route_and_an_overlap
     in_block = block[:m * k].view(m, k)
     in_block.copy_(a)
     out = torch.empty(m, n, dtype=torch.float16)
-    assert runtime.gemm(in_block, b, out=out, beta=1.0) is out
+    assert runtime.gemm(in_block, b, out=out, beta=1.0) is out  # beta not 0: a route of its own
     assert runtime.gemm(in_block, b, out=out) is out  # the route of an out of this layout
-    assert len(decided) == 2
-    assert type(runtime._routes[routes.layout_key(in_block, b, out, None)]) is routes.TorchKernel
+    assert runtime.gemm(in_block, b, out=out) is out
+    assert len(decided) == 3
+    assert type(runtime._routes[(*routes.layout_key(in_block, b, out, None), False)]) is routes.TorchKernel
     with pytest.raises(InputError, match="shares no memory"):  # same layout, but out's first 16 bytes are a's last
         runtime.gemm(in_block, b, out=block[m * k - 8:m * k - 8 + m * n].view(m, n))
     with pytest.raises(InputError, match="requires grad"):
         runtime.gemm(a.clone().requires_grad_(), b)
     batched_out = torch.empty(1, m, n, dtype=torch.float16)  # a 1 x m x k activation into a 1 x m x n out
     assert runtime.gemm(a.reshape(1, m, k), b, out=batched_out) is batched_out
-    assert len(decided) == 2  # its rows have the layout of the calls above: their route
+    assert len(decided) == 3  # its rows have the layout of the calls above: their route
     calls = device._launches[(pick.kernel, *shape)].calls
-    assert [call[4:] for call in calls] == [(2, 1.0, 0.0), (2, 0.5, 0.0), (2, 1.0, 1.0), (2, 1.0, 0.0), (2, 1.0, 0.0)]
+    assert [call[4:] for call in calls] == [(2, 1.0, 0.0), (2, 0.5, 0.0), (2, 1.0, 1.0), (2, 1.0, 0.0), (2, 1.0, 0.0),
+                                            (2, 1.0, 0.0)]
     assert calls[1][1:4] == (a.data_ptr(), b.data_ptr(), second.data_ptr())
-    assert calls[3][1:4] == (in_block.data_ptr(), b.data_ptr(), out.data_ptr())
-    assert calls[4][1:4] == (a.data_ptr(), b.data_ptr(), batched_out.data_ptr())
+    assert calls[3][1:4] == calls[4][1:4] == (in_block.data_ptr(), b.data_ptr(), out.data_ptr())
+    assert calls[5][1:4] == (a.data_ptr(), b.data_ptr(), batched_out.data_ptr())

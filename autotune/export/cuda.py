@@ -143,7 +143,7 @@ def _kernel_context(kernel: TableKernel, index: dict[str, int]) -> dict[str, Any
         "grid": [side.to_c() for side in expressions.grid], "k_tiles": expressions.k_tiles.to_c(),
         "opt_in": int(launch.opt_in), "serves": expressions.serves.to_c(),
         "any_shape": index[kernel.any_shape] if kernel.any_shape else -1,
-        "b_transposed": int(kernel.layout == "nt"),
+        "b_transposed": int(kernel.layout == "nt"), "reads_c_slowly": int(kernel.reads_c_slowly),
         "tensor_maps": [{"name": spec.name, "operand": spec.operand, "box": spec.box,
                          "swizzle": SWIZZLES[spec.swizzle], "swizzle_bytes": spec.swizzle}
                         for spec in launch.tensor_maps],

@@ -113,6 +113,7 @@ class Runtime:
         batch = _batch_shape(a, out)
         rows, target = flat_rows(a, "a"), flat_rows(out, "out")
         key = layout_key(rows, b, target, self.device.array_type) if out is not None or beta == 0 else None
+        key = key and (*key, beta != 0)  # a kernel that reads C slowly has cuBLAS run calls with beta
         route = self._routes.get(key) if key is not None else None
         result = route(rows, b, target, alpha, beta) if route is not None else None
         if result is None:
@@ -128,7 +129,7 @@ class Runtime:
         refuse_autograd(a, b)
         result, target = self._output(left, right, out, a, beta)
         _refuse_aliasing(left, right, target)
-        decision = self._decide(left, right, target)
+        decision = self._decide(left, right, target, beta)
         stream = self.device.stream(a)
         if decision.kernel is None:
             self.device.cublas(left, right, target, alpha, beta, stream)
@@ -145,7 +146,7 @@ class Runtime:
         (:meth:`tensor_decision`) and a launch (a tuned kernel on PyTorch's current stream) or PyTorch's
         ``addmm_`` (where cuBLAS is picked)."""
         decision = self.tensor_decision(a, b, host)
-        if decision.kernel is None:
+        if decision.kernel is None or beta != 0 and decision.kernel.reads_c_slowly:
             out.addmm_(a, b, beta=beta, alpha=alpha)
             return
         self.device.launch_pointers(decision.kernel, self.choice.table.arch, decision.shape,
@@ -195,13 +196,13 @@ class Runtime:
             self._layer_rows[key] = rows if kernels else None
         return self._layer_rows[key]
 
-    def explain(self, a: Any, b: Any, out: Any = None) -> Decision:
-        """What :meth:`gemm` would run for these operands, and why."""
+    def explain(self, a: Any, b: Any, out: Any = None, beta: float = 0.0) -> Decision:
+        """What :meth:`gemm` would run for these operands (and ``beta``), and why."""
         a, out = flat_rows(a, "a"), flat_rows(out, "out")
         left, right = self.device.operand(a, "a"), self.device.operand(b, "b")
         target = self.device.operand(out, "out") if out is not None else _like(left, right)
         _refuse_aliasing(left, right, target)
-        return self._decide(left, right, target)
+        return self._decide(left, right, target, beta)
 
     def _output(self, left: Operand, right: Operand, out: Any, original: Any, beta: float) -> tuple[Any, Operand]:
         if out is not None:
@@ -212,12 +213,13 @@ class Runtime:
         result, view = self.device.empty(m, n, left, original)
         return result, self.device.operand(view, "out")
 
-    def _decide(self, a: Operand, b: Operand, c: Operand) -> Decision:
+    def _decide(self, a: Operand, b: Operand, c: Operand, beta: float = 0.0) -> Decision:
         key = (a.shape, b.shape, c.shape, a.element, b.element, c.element, a.row_major, b.row_major,
-               b.column_major, c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device)
+               b.column_major, c.row_major, a.pointer % 16, b.pointer % 16, c.pointer % 16, a.device, b.device, c.device,
+               beta != 0)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = self._decisions[key] = decide(self.choice, a, b, c)
+            decision = self._decisions[key] = decide(self.choice, a, b, c, beta)
             tuner = self.tuner
             if decision.missed and tuner is not None and searchable(decision.dtype, decision.layout):
                 tuner.request(decision.dtype, decision.shape, decision.layout)
@@ -322,9 +324,10 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     return gemm(a, b, out)
 
 
-def explain(a: Any, b: Any, out: Any = None) -> Decision:
-    """Which kernel :func:`gemm` runs for these operands, or why cuBLAS does (``str()`` of it reads as a sentence)."""
-    return runtime_for(_device_of(a)).explain(a, b, out)
+def explain(a: Any, b: Any, out: Any = None, beta: float = 0.0) -> Decision:
+    """Which kernel :func:`gemm` runs for these operands (and ``beta``), or why cuBLAS does (``str()`` of it reads
+    as a sentence)."""
+    return runtime_for(_device_of(a)).explain(a, b, out, beta)
 
 
 def _device_of(value: Any) -> int:

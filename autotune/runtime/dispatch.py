@@ -75,7 +75,7 @@ def gemm_shape(a: Operand, b: Operand, c: Operand | None) -> tuple[int, int, int
     return m, n, k
 
 
-def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
+def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand, beta: float = 0.0) -> Decision:
     """The kernel for ``c = alpha * a @ b + beta * c``, or why cuBLAS runs it."""
     shape = gemm_shape(a, b, c)
     dtype = a.dtype
@@ -121,6 +121,10 @@ def decide(choice: TableChoice, a: Operand, b: Operand, c: Operand) -> Decision:
                f"({_quality(rule, pick.measured)}{_predicted(pick)})")
     if pick.measured != pick.kernel:
         why += f"; {pick.measured} is built for whole tiles, this is its build for any shape"
+    if beta != 0 and kernel.reads_c_slowly:
+        return Decision(dtype, shape, None, rule, f"beta is not 0: {kernel.family} kernels read C far slower than "
+                        "cuBLAS, and the table's times are of beta 0 (the table's pick at beta 0: "
+                        f"{kernel.name}, {why})", choice.note, pick, missed, layout)
     return Decision(dtype, shape, kernel, rule, why, choice.note, pick, missed, layout)
 
 

@@ -84,6 +84,12 @@ class TableError(AutotuneError):
     """A kernel table cannot be built, read or used."""
 
 
+# Families whose kernels read C (beta != 0) far slower than they write it, so that the table's times, all of beta 0,
+# do not hold where beta is not 0: cuBLAS runs those calls. hgemm_wgmma: the shipped table's kernels measured
+# 0.76-0.95x cuBLAS at beta 0.5 on the H200 (bench/NOTES.md, "Calls with beta != 0").
+SLOW_C_READS = frozenset({"hgemm_wgmma"})
+
+
 @dataclasses.dataclass(frozen=True)
 class TableKernel:
     """One kernel of the table: a config of a family, how to launch it, and (once compiled) its cubin."""
@@ -105,6 +111,11 @@ class TableKernel:
     def dtype(self) -> str | None:
         """The dtype it is built for: :attr:`other_dtype`, or None for its family's first."""
         return self.other_dtype or None
+
+    @property
+    def reads_c_slowly(self) -> bool:
+        """Whether a call with beta != 0 should run cuBLAS instead (:data:`SLOW_C_READS`)."""
+        return self.family in SLOW_C_READS
 
     def to_dict(self, with_cubin: bool) -> dict[str, Any]:
         data = {

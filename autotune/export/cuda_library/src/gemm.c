@@ -27,11 +27,14 @@ static const char* available_dtypes(void) {
 }
 
 /* Where the table sends m x n x k: the kernel (index into autotune_gemm_kernels), and *cublas 1 where it
-   picks cuBLAS there or m x n x k is outside the tuned range (autotune.runtime.dispatch.decide). */
-static int route(const autotune_dtype_table* table, int m, int n, int k, int* cublas) {
+   picks cuBLAS there, m x n x k is outside the tuned range, or beta is not 0 and the kernel reads C slowly
+   (autotune.runtime.dispatch.decide). */
+static int route(const autotune_dtype_table* table, int m, int n, int k, float beta, int* cublas) {
     int kernel = autotune_gemm_pick(table, m, n, k, cublas);
     long long low = 0, high = 0;
     if (autotune_gemm_outside(table, m, n, k, &low, &high) != 0)
+        *cublas = 1;
+    if (kernel >= 0 && beta != 0.0f && autotune_gemm_kernels[kernel].reads_c_slowly)
         *cublas = 1;
     return kernel;
 }
@@ -65,7 +68,7 @@ static autotune_status gemm(const char* function, autotune_call call) {
     if (table == NULL || table->rule_count == 0)
         return autotune_gemm_cublas_only(function, context, &call);
     int cublas = 0;
-    int kernel = route(table, call.m, call.n, call.k, &cublas);
+    int kernel = route(table, call.m, call.n, call.k, call.beta, &cublas);
     const autotune_cublas* library = cublas ? autotune_gemm_cublas() : NULL;
     if (library != NULL) {
         int ran = 0;
@@ -181,7 +184,7 @@ static const autotune_dtype_table* queried_table(const char* dtype, int m, int n
    could and it is not loaded. */
 static const char* kernel_for(const autotune_dtype_table* table, int m, int n, int k) {
     int cublas = 0;
-    int kernel = route(table, m, n, k, &cublas);
+    int kernel = route(table, m, n, k, 0.0f, &cublas);
     if (cublas && autotune_gemm_cublas() != NULL)
         return AUTOTUNE_GEMM_CUBLAS_NAME;
     if (kernel < 0) {
