@@ -48,9 +48,9 @@ def _assert_close(got, a, b, alpha=1.0, beta=0.0, before=None):
     assert error < (2e-3 if got.dtype == cupy.float16 else 1e-5), error
 
 
-def _route(a, b, out=None):
+def _route(a, b, out=None, beta=0.0):
     runtime = autotune.runtime.runtime_for(0)
-    return runtime._routes.get(routes.layout_key(a, b, out, runtime.device.array_type))
+    return runtime._routes.get(routes.layout_key(a, b, out, runtime.device.array_type, beta))
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -77,6 +77,10 @@ def test_a_repeated_cupy_call_takes_its_route_and_gives_the_first_call_s_result(
     scaled = before.copy()
     autotune.gemm(a, b, out=scaled, alpha=0.5, beta=2.0)
     _assert_close(scaled, a, b, 0.5, 2.0, before)
+    kernel = autotune.explain(a, b, out).kernel  # with beta, a kernel that reads C slowly gives way to cuBLAS
+    slow = kernel is not None and kernel.reads_c_slowly
+    assert type(_route(a, b, scaled, beta=2.0)) is (routes.CupyCublas if slow else type(route))
+    assert autotune.explain(a, b, out, beta=2.0).uses_cublas == (slow or where == "cublas")
     m, n, k = shape
     block = cupy.zeros(m * k + m * n, dtype=a.dtype)  # a, then an out whose first 16 bytes are a's last
     a_in_block = block[:m * k].reshape(m, k)

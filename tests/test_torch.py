@@ -384,7 +384,8 @@ def test_a_repeated_call_of_a_kernel_layout_launches_by_its_route_and_an_overlap
     assert runtime.gemm(in_block, b, out=out) is out  # the route of an out of this layout
     assert runtime.gemm(in_block, b, out=out) is out
     assert len(decided) == 3
-    assert type(runtime._routes[(*routes.layout_key(in_block, b, out, None), False)]) is routes.TorchKernel
+    assert type(runtime._routes[routes.layout_key(in_block, b, out, None)]) is routes.TorchKernel
+    assert type(runtime._routes[routes.layout_key(in_block, b, out, None, beta=1.0)]) is routes.TorchKernel
     with pytest.raises(InputError, match="shares no memory"):  # same layout, but out's first 16 bytes are a's last
         runtime.gemm(in_block, b, out=block[m * k - 8:m * k - 8 + m * n].view(m, n))
     with pytest.raises(InputError, match="requires grad"):

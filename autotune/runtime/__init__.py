@@ -112,8 +112,7 @@ class Runtime:
         route kept for it (:mod:`autotune.runtime.routes`): about cuBLAS's own host time."""
         batch = _batch_shape(a, out)
         rows, target = flat_rows(a, "a"), flat_rows(out, "out")
-        key = layout_key(rows, b, target, self.device.array_type) if out is not None or beta == 0 else None
-        key = key and (*key, beta != 0)  # a kernel that reads C slowly has cuBLAS run calls with beta
+        key = layout_key(rows, b, target, self.device.array_type, beta) if out is not None or beta == 0 else None
         route = self._routes.get(key) if key is not None else None
         result = route(rows, b, target, alpha, beta) if route is not None else None
         if result is None:

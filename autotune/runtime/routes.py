@@ -16,19 +16,20 @@ from autotune.runtime.dispatch import ALIGNMENT, Decision
 from autotune.runtime.operands import Operand, is_torch, refuse_autograd
 
 
-def layout_key(a: Any, b: Any, out: Any, cupy_array: type | None) -> tuple | None:
+def layout_key(a: Any, b: Any, out: Any, cupy_array: type | None, beta: float = 0.0) -> tuple | None:
     """What a call's route is kept under: the layout of two CuPy arrays (``cupy_array``, the device's array
-    type) or two PyTorch tensors, and ``out``'s (None: a new array); None for any other operands."""
+    type) or two PyTorch tensors, and ``out``'s (None: a new array), and whether beta is 0 (a kernel that reads
+    C slowly gives way to cuBLAS where it is not); None for any other operands."""
     kind = type(a)
     if kind is cupy_array:
         if type(b) is not kind or (out is not None and type(out) is not kind):
             return None
-        return ("cupy", a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.data.ptr % ALIGNMENT,
+        return ("cupy", beta != 0, a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.data.ptr % ALIGNMENT,
                 b.data.ptr % ALIGNMENT, a.data.device_id, b.data.device_id,
                 None if out is None else (out.shape, out.strides, out.dtype, out.data.ptr % ALIGNMENT,
                                           out.data.device_id))
     if is_torch(a) and is_torch(b) and (out is None or is_torch(out)) and hasattr(a, "data_ptr"):
-        return ("torch", a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
+        return ("torch", beta != 0, a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device, b.device,
                 a.data_ptr() % ALIGNMENT, b.data_ptr() % ALIGNMENT,
                 None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % ALIGNMENT))
     return None
