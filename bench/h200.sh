@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's GPU check, run on an H200 from the repository root.
 #
-#   bench/h200.sh tests                 the GPU test suite (pytest -m gpu, in one process; TESTS_K=EXPR selects with -k)
+#   bench/h200.sh tests                 the GPU test suite (pytest -m gpu, in one process; TESTS_K=EXPR selects with -k;
+#                                       TESTS_PART=I/N runs every N-th file of GPU tests from the I-th: the whole suite
+#                                       takes about 500 s, so TESTS_PART=1/2 and 2/2 fit two calls)
 #   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE[:LAYOUT]]]...  searches, e.g. 4096:150 1024:100:f16
 #                                       4096:60:f16:pareto 4096:60:f16:time:nt (f32, time and row by default;
 #                                       SEARCH_TIMEOUT=S limits each search to S seconds)
@@ -135,7 +137,14 @@ while [ $# -gt 0 ]; do
     mode=$1; shift
     case $mode in
     tests)
-        python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1
+        targets=(tests)
+        if [ -n "${TESTS_PART:-}" ]; then  # I/N: every N-th file with GPU tests, from the I-th (the suite: about 500 s)
+            part=${TESTS_PART%/*} parts=${TESTS_PART#*/}
+            mapfile -t files < <(grep -l "mark.gpu" tests/test_*.py | sort)
+            targets=()
+            for i in "${!files[@]}"; do [ $((i % parts + 1)) = "$part" ] && targets+=("${files[$i]}"); done
+        fi
+        python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} "${targets[@]}" 2>&1 | tee "$OUT/gpu_tests.log" || status=1
         ;;
     search)
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
