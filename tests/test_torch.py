@@ -232,6 +232,30 @@ def test_the_runtime_launches_tensors_by_their_pointers_and_leaves_cublas_picks_
     assert sum(len(launch.calls) for launch in device._launches.values()) == 2
 
 
+def test_the_operator_s_call_with_beta_leaves_a_kernel_that_reads_c_slowly_to_pytorch(monkeypatch):
+    from pathlib import Path
+
+    from autotune.runtime import Runtime
+    from autotune.select.kernel_table import read_table
+
+    table = read_table(Path(__file__).resolve().parents[1] / "tuned_db" / "h200.table.json")
+    f16 = table.dtypes["f16"]
+    shape = min((rule.shape for rule in f16.rules if not f16.pick(*rule.shape).cublas
+                 and f16.kernel(f16.pick(*rule.shape).kernel).reads_c_slowly), key=lambda s: s[0] * s[1] * s[2])
+    device = _device_with_launches(monkeypatch, table, [("f16", shape)])
+    runtime = Runtime(device, (table, "the shipped table"))
+    m, n, k = shape
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16) / 16
+    c = torch.randn(m, n, dtype=torch.float16)
+    out = c.clone()
+    runtime.gemm_tensors(a, b, out, 1.0, 0.5)  # an hgemm_wgmma kernel's shape, beta 0.5: PyTorch's addmm_
+    torch.testing.assert_close(out.float(), (a.float() @ b.float() + 0.5 * c.float()), rtol=1e-2, atol=1e-1)
+    assert "beta is not 0" in runtime.tensor_decision(a, b, None, 0.5).reason
+    runtime.gemm_tensors(a, b, out, 1.0, 0.0)  # beta 0: the kernel, whose decision is kept apart
+    assert device._launches[(f16.pick(*shape).kernel, *shape)].calls == [
+        (1234, a.data_ptr(), b.data_ptr(), out.data_ptr(), 2, 1.0, 0.0)]
+
+
 def test_a_kernel_no_faster_once_the_operator_s_host_time_counts_leaves_the_call_to_pytorch(monkeypatch):
     from pathlib import Path
 

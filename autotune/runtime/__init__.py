@@ -144,26 +144,26 @@ class Runtime:
         ``out`` a new row-major ``m x n`` tensor. A repeated call costs a dictionary lookup
         (:meth:`tensor_decision`) and a launch (a tuned kernel on PyTorch's current stream) or PyTorch's
         ``addmm_`` (where cuBLAS is picked)."""
-        decision = self.tensor_decision(a, b, host)
-        if decision.kernel is None or beta != 0 and decision.kernel.reads_c_slowly:
+        decision = self.tensor_decision(a, b, host, beta)
+        if decision.kernel is None:
             out.addmm_(a, b, beta=beta, alpha=alpha)
             return
         self.device.launch_pointers(decision.kernel, self.choice.table.arch, decision.shape,
                                     self.device.torch_stream(a.device), a.data_ptr(), b.data_ptr(), out.data_ptr(),
                                     a.element_size(), alpha, beta)
 
-    def tensor_decision(self, a: Any, b: Any, host: HostCost | None = None) -> Decision:
-        """What :meth:`gemm_tensors` runs for 2-D CUDA tensors ``a @ b`` into a new row-major tensor: the
-        decision of :meth:`gemm`, less the kernels not predicted faster once the caller's ``host`` time is
-        counted (:func:`~autotune.runtime.dispatch.net_of_host_cost`); kept per shapes, strides, dtypes and
-        alignment."""
+    def tensor_decision(self, a: Any, b: Any, host: HostCost | None = None, beta: float = 0.0) -> Decision:
+        """What :meth:`gemm_tensors` runs for 2-D CUDA tensors ``a @ b`` (plus ``beta`` times a C) into a new
+        row-major tensor: the decision of :meth:`gemm`, less the kernels not predicted faster once the caller's
+        ``host`` time is counted (:func:`~autotune.runtime.dispatch.net_of_host_cost`); kept per shapes, strides,
+        dtypes, alignment and whether beta is 0."""
         key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.data_ptr() % ALIGNMENT,
-               b.data_ptr() % ALIGNMENT, host)
+               b.data_ptr() % ALIGNMENT, host, beta != 0)
         decision = self._tensor_decisions.get(key)
         if decision is None:
             left, right = torch_operand(a, "a"), torch_operand(b, "b")
             fresh = Operand(None, (left.shape[0], right.shape[-1]), left.element, True, 0, left.device)
-            decision = self._tensor_decisions[key] = net_of_host_cost(self._decide(left, right, fresh), host)
+            decision = self._tensor_decisions[key] = net_of_host_cost(self._decide(left, right, fresh, beta), host)
         return decision
 
     def kernel_rows(self, dtype: Any, n: int, k: int, host: HostCost | None = None,
