@@ -2,7 +2,12 @@
 for, and their encoding by the CUDA driver).
 
 Every kernel takes ``(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta)``
-(KERNEL_ARGUMENTS) and then its tensor maps, if any.
+(KERNEL_ARGUMENTS), then a workspace pointer if it takes one, and then its tensor maps, if any.
+
+A family whose kernels need global scratch memory (stream-K's partial sums and flags) declares its size
+in bytes in its space file (``[launch] workspace``). The launcher passes the address of that much device
+memory, zeroed before the first launch; every launch leaves it zeroed again, so launches in one stream
+may share it (launches that may run at once, on different streams, each need their own).
 
 A family whose kernels load tiles with TMA (``cp.async.bulk.tensor``) declares
 the maps in its space file (``[[launch.tensor_maps]]``); its kernels take them
@@ -30,14 +35,17 @@ _L2_PROMOTION_256B = 3
 _OOB_FILL_ZEROS = 0
 MAX_BOX = 256
 KERNEL_ARGUMENTS = ("(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta"
-                    "[, CUtensorMap tensor_maps...]); A: M x K, B: K x N, C: M x N, row-major; "
+                    "[, void* workspace][, CUtensorMap tensor_maps...]); A: M x K, B: K x N, C: M x N, row-major; "
                     "C = alpha * A @ B + beta * C")
 GEMM_ARGUMENT_BYTES = (8, 8, 8, 4, 4, 4, 4, 4)  # A, B, C, M, N, K, alpha, beta: what every kernel takes first
 
 
-def argument_bytes(tensor_maps: tuple[TensorMapSpec, ...]) -> tuple[int, ...]:
-    """The size of each argument a kernel with these tensor maps is launched with."""
-    return GEMM_ARGUMENT_BYTES + (TENSOR_MAP_BYTES,) * len(tensor_maps)
+WORKSPACE_POINTER_BYTES = 8
+
+
+def argument_bytes(tensor_maps: tuple[TensorMapSpec, ...], workspace: bool = False) -> tuple[int, ...]:
+    """The size of each argument a kernel with these tensor maps (and a workspace, or not) is launched with."""
+    return GEMM_ARGUMENT_BYTES + (WORKSPACE_POINTER_BYTES,) * workspace + (TENSOR_MAP_BYTES,) * len(tensor_maps)
 
 
 class TensorMapError(AutotuneError):

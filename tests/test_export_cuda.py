@@ -47,6 +47,7 @@ FAKE_DRIVER = Path(__file__).parent / "data" / "fake_libcuda.c"
 EXPORT_CHECK = Path(__file__).parent.parent / "bench" / "export_check.cpp"
 DEVICE0 = 0x7F0000000000  # fake_libcuda.c: device 0's memory
 DEVICE1 = 0x7E0000000000  # device 1's
+WORKSPACES, WORKSPACE_SPAN = 0x7D0000000000, 1 << 32  # fake_libcuda.c: the workspaces cuMemAlloc hands out, in turn
 A, B, C = DEVICE0 + 0x1000, DEVICE0 + 0x40000000, DEVICE0 + 0x80000000
 STREAM = 0x5000
 SUCCESS, INVALID_VALUE, UNSUPPORTED, NO_DRIVER, NO_CONTEXT, WRONG_ARCH, CUDA_ERROR = range(7)
@@ -94,8 +95,10 @@ def _table(with_f16: bool = True) -> KernelTable:
         plain = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", WG_M=1, PRODUCER=0, SPLIT_K=1), gpu)
         cluster = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=2), gpu)
         tma = table_kernel("hgemm_wgmma", _seed("hgemm_wgmma", TMA=1, CLUSTER_N=1, CLUSTER_M=1), gpu)
-        dtypes["f16"] = DtypeTable((plain, cluster, tma), (
+        stream_k = table_kernel("hgemm_wgmma", {**_seed("hgemm_wgmma", PERSISTENT=1, CLUSTER_M=1), "STREAM_K": 1}, gpu)
+        dtypes["f16"] = DtypeTable((plain, cluster, tma, stream_k), (
             _rule(1024, 1024, 1024, plain, [tma]), _rule(4096, 4096, 4096, cluster, [plain, tma]),
+            _rule(6144, 6144, 6144, stream_k, [cluster]),
             _rule(128, 14336, 4096, tma, [plain]), _rule(8192, 8192, 1024, plain)), gpu.sms, gpu.flops_per_element("f16"))
         # the same configs built for bf16: kernels of their own (names ending in _bf16)
         bf16_plain, bf16_tma = (table_kernel("hgemm_wgmma", kernel.params, gpu, "bf16") for kernel in (plain, tma))
@@ -494,12 +497,13 @@ def _through_fake_driver(shared_library, fake_driver, tmp_path, calls, **env):
     return json.loads(result.stdout), per_call
 
 
-def _expected_launch(table, dtype, m, n, k, alpha, beta, layout="row") -> tuple[list[str], str]:
-    """The encodes and the launch line the Python launcher's contract asks for."""
+def _expected_launch(table, dtype, m, n, k, alpha, beta, layout="row", workspace=WORKSPACES) -> tuple[list[str], str]:
+    """The encodes and the launch line the Python launcher's contract asks for (``workspace``: the address of
+    the workspace a kernel that takes one gets)."""
     tables = table.for_layout(layout)
     kernel = tables[dtype].kernel(tables[dtype].pick(m, n, k).kernel)
     launch, size = kernel.launch, ELEMENT_BYTES[dtype]
-    encodes, maps = [], []
+    encodes, maps = [], [f" workspace:{workspace}"] if launch.workspace else []
     for spec in launch.tensor_maps:
         pointer = {"A": A, "B": B, "C": C}[spec.operand]
         rows, columns = spec.shape(m, n, k, kernel.layout == "nt")
@@ -523,6 +527,7 @@ LAUNCHES = [("f32", 1000, 1000, 1000, 1.0, 0.0), ("f32", 4096, 4096, 4096, 1.0, 
             ("f16", 4096, 4096, 4096, 1.0, 0.0), ("f16", 4096, 4100, 4096, 1.0, 0.0),
             ("f16", 4000, 4096, 4100, 0.5, 1.0), ("f16", 130, 14336, 4096, 1.0, 0.0),
             ("f16", 777, 1333, 555, 1.0, 0.5), ("f16", 4096, 4096, 4096, 1.0, 0.0),
+            ("f16", 6144, 6144, 6144, 1.0, 0.0), ("f16", 6000, 6144, 6144, 2.0, 0.0),
             ("bf16", 4096, 4096, 4096, 1.0, 0.0), ("bf16", 130, 14336, 4096, 1.0, 0.5),
             ("bf16", 777, 1333, 555, 1.0, 0.0)]
 
@@ -551,6 +556,34 @@ def test_launches_follow_the_launch_contract_and_encode_maps_as_tensor_map_py(
         assert [line for line in lines if line.startswith("cuLaunchKernel")] == [launch]
     zeros = [line for line in sum(driver_calls, []) if line.startswith("cuLaunchKernel") and " zeros" in line]
     assert zeros  # an operand with rows that are not a multiple of 16 bytes gets a zero map
+
+
+def test_a_kernel_that_takes_a_workspace_gets_its_stream_s_zeroed_one_after_beta(
+        shared_library, fake_driver, table, tmp_path):
+    """A stream-K kernel: one workspace per stream (allocated and zeroed on that stream before its first
+    launch), passed after beta and before the tensor maps; other kernels on the stream allocate none."""
+    kernel = table.dtypes["f16"].kernel(table.dtypes["f16"].pick(6144, 6144, 6144).kernel)
+    assert kernel.launch.workspace > 0 and kernel.launch.tensor_maps
+    other = STREAM + 0x100
+    shapes = [(6144, 6144, 6144, STREAM), (6100, 6144, 6144, STREAM), (6144, 6144, 6144, other),
+              (4096, 4096, 4096, STREAM), (6144, 6144, 6144, other)]
+    calls = [[FUNCTIONS["f16"], m, n, k, 1.0, A, B, 0.0, C, stream] for m, n, k, stream in shapes]
+    results, driver_calls = _through_fake_driver(shared_library, fake_driver, tmp_path, calls)
+    assert results == [[SUCCESS, ""]] * len(shapes)
+    first, second = WORKSPACES, WORKSPACES + WORKSPACE_SPAN
+    made = [[line for line in lines if line.startswith(("cuMemAlloc", "cuMemsetD8Async"))] for lines in driver_calls]
+    assert made == [[f"cuMemAlloc {kernel.launch.workspace} -> {first}",
+                     f"cuMemsetD8Async {first} 0 {kernel.launch.workspace} stream {STREAM}"], [],
+                    [f"cuMemAlloc {kernel.launch.workspace} -> {second}",
+                     f"cuMemsetD8Async {second} 0 {kernel.launch.workspace} stream {other}"], [], []]
+    for (m, n, k, stream), lines in zip(shapes, driver_calls):
+        launch = next(line for line in lines if line.startswith("cuLaunchKernel"))
+        picked = table.dtypes["f16"].kernel(table.dtypes["f16"].pick(m, n, k).kernel)
+        if picked.launch.workspace:
+            assert f" stream {stream} " in launch
+            assert f"maps workspace:{first if stream == STREAM else second} map:" in launch
+        else:
+            assert "workspace" not in launch
 
 
 NT_LAUNCHES = [(4096, 4096, 4096, 1.0, 0.0), (130, 14336, 4096, 1.0, 0.5), (1000, 1000, 1000, 1.0, 0.0),

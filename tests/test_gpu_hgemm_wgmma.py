@@ -1,4 +1,4 @@
-"""hgemm_wgmma's persistent kernels and setmaxnreg split verified on an H200 against cuBLAS: shapes of one tile
+"""hgemm_wgmma's persistent kernels (stream-K among them) and setmaxnreg split verified on an H200 against cuBLAS: shapes of one tile
 per block and shapes where blocks walk several tiles, aligned (TMA) and not (element-wise copies), beta 0
 (C poisoned with NaN, never read) and beta 0.5."""
 
@@ -14,11 +14,15 @@ pytestmark = pytest.mark.gpu
 SHAPES = [
     (1, 1, 1), (17, 33, 65), (200, 264, 72), (129, 4095, 7), (513, 511, 1025),
     (2049, 2056, 136), (2049, 2050, 129), (4097, 1032, 520), (1000, 8200, 64), (3001, 3000, 8),
+    (4097, 4100, 200),  # 128x256 tiles: three whole waves on 132 SMs, then 33 more (stream-K shares 165)
 ]
 
 VARIANTS = [  # over the persistent 128x256 seed: each epilogue, wgmma depth, block order and tile width
     {}, {"SMEM_EPILOGUE": 0}, {"WAIT_DEPTH": 0, "STAGES": 3}, {"WAIT_DEPTH": 2}, {"GROUP_M": 1},
     {"SETMAXNREG": 0}, {"WN": 64, "STAGES": 8}, {"CLUSTER_N": 2, "WN": 128}, {"PERSISTENT": 0}, {"WN": 192},
+    # stream-K: the pieces of shared tiles summed through the workspace, with each epilogue and block order
+    {"STREAM_K": 1}, {"STREAM_K": 1, "SMEM_EPILOGUE": 0, "GROUP_M": 1}, {"STREAM_K": 1, "WN": 64, "STAGES": 8},
+    {"STREAM_K": 1, "WAIT_DEPTH": 2},
 ]
 
 
@@ -51,7 +55,8 @@ def test_persistent_and_setmaxnreg_configs_verify(worker):
 PRODUCER_BUILD = {"WG_M": 2, "WG_N": 1, "M_TILES": 1, "WN": 64, "BK": 64, "STAGES": 8, "WAIT_DEPTH": 1,
                   "SMEM_OPT_IN": 1, "GROUP_M": 1, "SMEM_EPILOGUE": 1, "SPLIT_K": 1, "PRODUCER": 1, "TMA": 1,
                   "CLUSTER_M": 1, "CLUSTER_N": 1, "PERSISTENT": 0, "SETMAXNREG": 0}
-PRODUCER_VARIANTS = [{}, {"TMA": 0}, {"PERSISTENT": 1, "WN": 128, "STAGES": 4}]
+PRODUCER_VARIANTS = [{}, {"TMA": 0}, {"PERSISTENT": 1, "WN": 128, "STAGES": 4},
+                     {"PERSISTENT": 1, "WN": 128, "STAGES": 4, "STREAM_K": 1}]
 UNALIGNED = [(777, 1333, 555), (129, 4095, 7), (513, 511, 1025)]
 REPEATS = 12
 
@@ -82,7 +87,8 @@ def test_a_producer_s_element_wise_copies_reach_the_multiplying_warpgroups(worke
                 outcome = worker.run(KernelTask(cubin=kernel.cubin, entry=kernel.entry, grid=launch.grid,
                                                 block=launch.block, dynamic_smem=launch.dynamic_smem, problem=problem,
                                                 seed=seed, warmup=0, repeats=1, resources=kernel.resources,
-                                                tensor_maps=launch.tensor_maps), timeout_s=30)
+                                                tensor_maps=launch.tensor_maps, workspace=launch.workspace),
+                                     timeout_s=30)
                 if not isinstance(outcome, Measurement):
                     wrong.append(f"{config.name} {shape} seed {seed}: {outcome.message}")
     assert not wrong, f"{len(wrong)} of {len(configs) * len(UNALIGNED) * REPEATS} runs wrong:\n" + "\n".join(wrong[:10])

@@ -54,7 +54,7 @@ def _run_all(worker, space, gpu, configs, problems):
                 continue
             task = KernelTask(cubin=kernel.cubin, entry=kernel.entry, grid=launch.grid, block=launch.block,
                               dynamic_smem=launch.dynamic_smem, problem=problem, seed=1, warmup=1, repeats=3,
-                              resources=kernel.resources, tensor_maps=launch.tensor_maps)
+                              resources=kernel.resources, tensor_maps=launch.tensor_maps, workspace=launch.workspace)
             outcome = worker.run(task, timeout_s=30)
             if isinstance(outcome, Failure) and outcome.failure_class == FailureClass.TIMEOUT.value:
                 timed_out.add(config.name)

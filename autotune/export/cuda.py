@@ -133,7 +133,7 @@ def _kernel_context(kernel: TableKernel, index: dict[str, int]) -> dict[str, Any
         raise TableError(f"{kernel.name} takes {len(launch.tensor_maps)} tensor maps; the library passes at most "
                          f"{MAX_TENSOR_MAPS}")
     taken = parameter_sizes(kernel.cubin, launch.entry)
-    passed = argument_bytes(launch.tensor_maps)
+    passed = argument_bytes(launch.tensor_maps, launch.workspace > 0)
     if taken and taken != passed:
         raise TableError(f"{kernel.name} takes parameters of {list(taken)} bytes, but the library passes "
                          f"{list(passed)}")

@@ -88,7 +88,8 @@ class CupyBackend:
         ``problem`` and ``seed`` into ``out``, with the alpha and beta of the ``problem`` it is given
         (one of the same size)."""
         kernel = KernelLaunch(self.cupy, self._load(task), task.grid, task.block, task.dynamic_smem,
-                              (problem.m, problem.n, problem.k), task.tensor_maps, problem.b_transposed)
+                              (problem.m, problem.n, problem.k), task.tensor_maps, problem.b_transposed,
+                              task.workspace)
         operands = self.cache.operands(problem, seed)
 
         def launch(problem: GemmProblem, out) -> None:

@@ -3,7 +3,8 @@
 :func:`load_kernel` loads a kernel from its cubin on the current device and raises its dynamic
 shared-memory limit where it needs more than the default 48 KB; :class:`KernelLaunch` launches it on one
 problem size through ``cuLaunchKernel``, with the arguments of the kernel ABI (:mod:`autotune.kernel_abi`):
-the GEMM arguments, then the kernel's tensor maps encoded for the operands of the launch.
+the GEMM arguments, the kernel's workspace if it takes one (from a :class:`WorkspacePool`), then its tensor
+maps encoded for the operands of the launch.
 
 CuPy is passed in (the module, or a stand-in with the same names): importing this module imports no CUDA.
 """
@@ -11,6 +12,7 @@ CuPy is passed in (the module, or a stand-in with the same names): importing thi
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy
 
@@ -35,6 +37,38 @@ def load_kernel(cupy, cubin: bytes, entry: str, dynamic_smem: int, opt_in: bool 
     return function
 
 
+class WorkspacePool:
+    """Workspaces for kernels that take one: zeroed device memory, one buffer per (device, stream).
+
+    Kernels launched on one stream run one after the other, and each leaves its workspace zeroed
+    (:mod:`autotune.kernel_abi`), so every kernel launched on a stream shares that stream's buffer; a
+    kernel that needs more than it holds gets a larger one (the smaller one is kept: launches still
+    queued may use it). A buffer is allocated and zeroed on its own stream, in order with the launches.
+    """
+
+    def __init__(self, cupy):
+        self._cupy = cupy
+        self._buffers: dict[tuple[int, int], Any] = {}
+        self._kept: list[Any] = []
+        self._lock = threading.Lock()
+
+    def address(self, stream_ptr: int, nbytes: int) -> int:
+        """The device address of at least ``nbytes`` of zeroed workspace for launches on ``stream_ptr``
+        (on the current device)."""
+        key = (self._cupy.cuda.runtime.getDevice(), stream_ptr)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.nbytes < nbytes:
+            with self._lock:
+                buffer = self._buffers.get(key)
+                if buffer is None or buffer.nbytes < nbytes:
+                    if buffer is not None:
+                        self._kept.append(buffer)
+                    with self._cupy.cuda.ExternalStream(stream_ptr):
+                        buffer = self._cupy.zeros(nbytes, dtype=self._cupy.uint8)
+                    self._buffers[key] = buffer
+        return buffer.data.ptr
+
+
 class KernelLaunch:
     """``launch(stream_ptr, a, b, c, element_bytes, alpha, beta)``: one loaded kernel on one problem size.
 
@@ -43,16 +77,21 @@ class KernelLaunch:
     arguments live in NumPy buffers whose addresses form the kernel-parameter array, so a launch only
     rewrites what changed (the operand addresses and their tensor maps, alpha and beta) and calls
     ``cuLaunchKernel``: no per-launch argument conversion. A tensor map is encoded for each operand TMA
-    can address and is zeros for the others (the kernel then copies element-wise). Launches from several
-    threads take turns.
+    can address and is zeros for the others (the kernel then copies element-wise). A kernel that takes a
+    workspace (``workspace`` bytes) gets its stream's buffer of ``workspaces`` (by default a pool of its
+    own). Launches from several threads take turns.
     """
 
     def __init__(self, cupy, function, grid: tuple[int, int, int], block: tuple[int, int, int], dynamic_smem: int,
-                 sizes: tuple[int, int, int], tensor_maps: tuple[TensorMapSpec, ...] = (), b_transposed: bool = False):
+                 sizes: tuple[int, int, int], tensor_maps: tuple[TensorMapSpec, ...] = (), b_transposed: bool = False,
+                 workspace: int = 0, workspaces: WorkspacePool | None = None):
         self.function, self.grid, self.block, self.dynamic_smem = function, grid, block, dynamic_smem
         self.sizes, self.tensor_maps, self.b_transposed = sizes, tensor_maps, b_transposed
+        self.workspace = workspace
+        self._workspaces = (workspaces or WorkspacePool(cupy)) if workspace else None
         self._launch_kernel = cupy.cuda.driver.launchKernel
         self._pointers = numpy.zeros(3, numpy.uint64)
+        self._workspace_pointer = numpy.zeros(1, numpy.uint64)
         self._sizes = numpy.array(sizes, numpy.int32)
         self._scalars = numpy.zeros(2, numpy.float32)
         count = len(tensor_maps)
@@ -62,6 +101,7 @@ class KernelLaunch:
         addresses = [self._pointers.ctypes.data + 8 * i for i in range(3)]
         addresses += [self._sizes.ctypes.data + 4 * i for i in range(3)]
         addresses += [self._scalars.ctypes.data + 4 * i for i in range(2)]
+        addresses += [self._workspace_pointer.ctypes.data] if workspace else []
         addresses += [self._maps.ctypes.data + TENSOR_MAP_BYTES * i for i in range(count)]
         self.parameters = numpy.array(addresses, dtype=numpy.uint64)  # what cuLaunchKernel reads: one address each
         self._parameters_address = self.parameters.ctypes.data
@@ -77,6 +117,8 @@ class KernelLaunch:
                 if self.tensor_maps:
                     self._maps[:] = numpy.frombuffer(self._encode_maps(a, b, c, element_bytes), numpy.uint8)
                 self._placed = placed
+            if self._workspaces is not None:
+                self._workspace_pointer[0] = self._workspaces.address(stream_ptr, self.workspace)
             if (alpha, beta) != self._scaled:
                 self._scalars[:] = (alpha, beta)
                 self._scaled = (alpha, beta)

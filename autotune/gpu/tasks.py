@@ -23,7 +23,7 @@ class KernelTask:
 
     The kernel's signature is ``(const T* A, const T* B, T* C, int M, int N,
     int K, float alpha, float beta)``, row-major, launched as given, followed
-    by its TMA tensor maps (if any), encoded for the launch's operands.
+    by its workspace pointer (if it takes one) and its TMA tensor maps (if any), encoded for the launch's operands.
     """
 
     cubin: bytes
@@ -37,6 +37,7 @@ class KernelTask:
     repeats: int
     resources: Resources | None = None
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    workspace: int = 0  # bytes of zeroed global memory passed after beta (0: none)
     race: tuple[RaceStage, ...] = ()  # stages at which timing stops for a clearly slower kernel
     back_to_back: int = 0  # launches per timed sample, back to back with no L2 flush (0: one flushed launch)
 

@@ -36,6 +36,7 @@ class LaunchShape(Protocol):
     dynamic_smem: int
     opt_in: bool
     tensor_maps: tuple[TensorMapSpec, ...]
+    workspace: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +73,7 @@ def finish_build(space: SearchSpace, config: Config, compiled: CompiledKernel | 
             return Failure(FailureClass.LAUNCH_ERROR.value, unbuilt)
     if launch is None:
         launch = space.launch(config, gpu, problem) if problem is not None else contract_for(space, config, gpu)
-    mismatch = argument_mismatch(compiled.cubin, compiled.entry, launch.tensor_maps)
+    mismatch = argument_mismatch(compiled.cubin, compiled.entry, launch.tensor_maps, launch.workspace > 0)
     if mismatch:
         return Failure(FailureClass.LAUNCH_ERROR.value, mismatch)
     resources = dataclasses.replace(compiled.resources, smem_dynamic=launch.dynamic_smem)
@@ -82,10 +83,11 @@ def finish_build(space: SearchSpace, config: Config, compiled: CompiledKernel | 
     return BuiltKernel(config, compiled.cubin, compiled.entry, launch, resources)
 
 
-def argument_mismatch(cubin: bytes, entry: str, tensor_maps: tuple[TensorMapSpec, ...]) -> str | None:
-    """Why ``entry`` in ``cubin`` cannot take the arguments of a launch with ``tensor_maps`` (their byte
-    sizes differ), or None; a cubin that does not list its parameters passes."""
-    expected = argument_bytes(tensor_maps)
+def argument_mismatch(cubin: bytes, entry: str, tensor_maps: tuple[TensorMapSpec, ...],
+                      workspace: bool = False) -> str | None:
+    """Why ``entry`` in ``cubin`` cannot take the arguments of a launch with ``tensor_maps`` (and a workspace
+    pointer, or not): their byte sizes differ; or None. A cubin that does not list its parameters passes."""
+    expected = argument_bytes(tensor_maps, workspace)
     taken = parameter_sizes(cubin, entry)
     if taken and taken != expected:
         return f"{entry} takes parameters of {list(taken)} bytes; its launch passes {list(expected)}"

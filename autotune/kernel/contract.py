@@ -1,7 +1,8 @@
 """A kernel's launch contract: everything a program needs to launch one tuned config.
 
 Every kernel autotune builds takes ``(const T* A, const T* B, T* C, int M,
-int N, int K, float alpha, float beta)``, row-major, followed by its TMA tensor
+int N, int K, float alpha, float beta)``, row-major, followed by its workspace
+pointer if it takes one, and by its TMA tensor
 maps (each a 128-byte ``CUtensorMap`` passed by value, encoded for the launch's
 operands, see :mod:`autotune.kernel_abi`). The contract says the shapes the kernel is
 built for (``serves``: every shape, or, for a build specialized to whole tiles, those
@@ -64,6 +65,7 @@ class LaunchContract:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     k_tiles: str = "K"  # expression over M, N, K: the k-tiles each block runs through
     serves: str = "1"  # expression over M, N, K: nonzero for the shapes the kernel is built for (1: any)
+    workspace: int = 0  # bytes of zeroed global memory the kernel takes after beta (0: it takes none)
 
     def __post_init__(self):  # checks the expressions once: a contract that exists can be evaluated
         if len(self.grid) != 3 or len(self.block) != 3:
@@ -107,6 +109,7 @@ class LaunchContract:
             "opt_in": self.opt_in,
             "tensor_maps": [{"name": t.name, "operand": t.operand, "box": list(t.box), "swizzle": t.swizzle}
                             for t in self.tensor_maps],
+            **({"workspace": self.workspace} if self.workspace else {}),
         }
 
     @classmethod
@@ -125,11 +128,14 @@ class LaunchContract:
         serves = str(data.get("serves", "1"))  # tables written before it hold builds for any shape
         maps = tuple(TensorMapSpec(str(t["name"]), str(t["operand"]), (int(t["box"][0]), int(t["box"][1])),
                                    int(t["swizzle"])) for t in data.get("tensor_maps", []))
+        workspace = int(data.get("workspace", 0))  # tables written before it: no kernel takes one
+        if not 0 <= workspace < 2**40:
+            raise ValueError(f"workspace {workspace} bytes (expected 0..{2**40 - 1})")
         if not all(spec.name.isidentifier() for spec in maps):
             raise ValueError(f"tensor map names {[spec.name for spec in maps]} must be identifiers")
         return cls(entry=str(data["entry"]), target=str(data["target"]), block=block, grid=grid,  # type: ignore[arg-type]
                    dynamic_smem=int(data["dynamic_smem"]), opt_in=bool(data["opt_in"]), tensor_maps=maps,
-                   k_tiles=k_tiles, serves=serves)
+                   k_tiles=k_tiles, serves=serves, workspace=workspace)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,9 +167,9 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
     small, large = GemmProblem(1, 1, 1, space.dtype), GemmProblem(40000, 30000, 20000, space.dtype)
     fixed = space.launch(config, gpu, small)
     other = space.launch(config, gpu, large)
-    if (fixed.block, fixed.dynamic_smem, fixed.opt_in, fixed.tensor_maps) != (
-            other.block, other.dynamic_smem, other.opt_in, other.tensor_maps):
-        raise SpaceError(f"{config.name}: block, shared memory or tensor maps depend on the problem size")
+    if (fixed.block, fixed.dynamic_smem, fixed.opt_in, fixed.tensor_maps, fixed.workspace) != (
+            other.block, other.dynamic_smem, other.opt_in, other.tensor_maps, other.workspace):
+        raise SpaceError(f"{config.name}: block, shared memory, tensor maps or workspace depend on the problem size")
     names = {key: value for key, value in space.values(config, gpu).items() if key not in ("gpu", "problem")}
     launch_text = _launch_table(space.source_text)
     where = f"{space.family} [launch]"
@@ -178,7 +184,8 @@ def contract_for(space: SearchSpace, config: Config, gpu: GpuSpec) -> LaunchCont
               if (text := _over_sizes(rule.require.text, names, gpu, f"{space.family} rule {rule.require.text!r}")) != "1"]
     return LaunchContract(entry=config.name, target=space.target(gpu), block=fixed.block, grid=(*grid, "1"),
                           dynamic_smem=fixed.dynamic_smem, opt_in=fixed.opt_in, tensor_maps=fixed.tensor_maps,
-                          k_tiles=k_tiles, serves=" * ".join(f"({text})" for text in serves) if serves else "1")
+                          k_tiles=k_tiles, serves=" * ".join(f"({text})" for text in serves) if serves else "1",
+                          workspace=fixed.workspace)
 
 
 def _over_sizes(text: str, names: dict[str, Any], gpu: GpuSpec, where: str) -> str:

@@ -20,7 +20,7 @@ import numpy
 
 from autotune.errors import AutotuneError
 from autotune.export.compile import compile_table_kernel
-from autotune.gpu.launch import KernelLaunch, load_kernel
+from autotune.gpu.launch import KernelLaunch, WorkspacePool, load_kernel
 from autotune.runtime.operands import Operand, as_cupy, describe, is_torch, refuse_unscaled, torch_operand
 from autotune.select.kernel_table import TableError, TableKernel
 
@@ -43,6 +43,7 @@ class CupyDevice:
         self._functions: dict[str, Any] = {}  # kernel name -> loaded function
         self._launches: dict[tuple, KernelLaunch] = {}  # (kernel name, m, n, k) -> prepared launch
         self._streams: dict[int, Any] = {}
+        self._workspaces = WorkspacePool(cupy)  # one per stream, shared by the kernels that take a workspace
 
     # -- operands ----------------------------------------------------------------------
 
@@ -142,7 +143,8 @@ class CupyDevice:
         """The kernel loaded (once per kernel) and its launch on ``m x n x k`` prepared (once per size)."""
         function = self._functions.get(kernel.name) or self._load(kernel, arch)
         launch = KernelLaunch(self.cupy, function, kernel.launch.grid_for(m, n, k), kernel.launch.block,
-                              kernel.launch.dynamic_smem, (m, n, k), kernel.launch.tensor_maps, kernel.layout == "nt")
+                              kernel.launch.dynamic_smem, (m, n, k), kernel.launch.tensor_maps, kernel.layout == "nt",
+                              kernel.launch.workspace, self._workspaces)
         self._launches[(kernel.name, m, n, k)] = launch
         return launch
 

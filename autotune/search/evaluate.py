@@ -56,6 +56,7 @@ class Measuring:
         return KernelTask(cubin=built.cubin, entry=built.entry, grid=grid, block=launch.block,
                           dynamic_smem=launch.dynamic_smem, problem=problem, seed=self.seed, warmup=self.warmup,
                           repeats=self.repeats, resources=built.resources, tensor_maps=launch.tensor_maps,
+                          workspace=launch.workspace,
                           back_to_back=self.back_to_back)
 
     def cublas_task(self) -> CublasTask:

@@ -9,9 +9,10 @@ A space file (``search_spaces/<family>.toml``) declares a kernel family as data:
   shared-memory bytes, ...), evaluated in order;
 * ``[[rules]]``: ``require`` expressions that must hold, each with a ``reason``
   format string naming the values that broke it;
-* ``[launch]``: block size, grid and dynamic shared memory as expressions, and
-  ``[[launch.tensor_maps]]``: the TMA tensor maps a kernel takes after the GEMM
-  arguments (``when`` an expression holds), see :mod:`autotune.kernel_abi`;
+* ``[launch]``: block size, grid and dynamic shared memory as expressions, the bytes
+  of global workspace a kernel takes after the GEMM arguments (``workspace``, 0 if
+  none), and ``[[launch.tensor_maps]]``: the TMA tensor maps it takes after those
+  (``when`` an expression holds), see :mod:`autotune.kernel_abi`;
 * ``[[seeds]]``: known-good configs a search tries first.
 
 Family, knob and derived names are identifiers and knob values are integers.
@@ -98,6 +99,7 @@ class Launch:
     dynamic_smem: int  # bytes passed at launch (0 for static shared memory)
     opt_in: bool  # whether the kernel raises its dynamic shared-memory limit
     tensor_maps: tuple[TensorMapSpec, ...] = ()  # passed after the GEMM arguments, encoded for each launch
+    workspace: int = 0  # bytes of global memory passed after the GEMM arguments (0: none), see kernel_abi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +168,7 @@ ARCH_SUFFIXES = ("", "a", "f")
 LAYOUT_NAMES = ("B_TRANSPOSED",)
 MAX_KNOB_VALUE = 2**31 - 1
 _LAUNCH_KEYS = ("block", "grid_x", "grid_y", "dynamic_smem", "opt_in", "smem_bytes")
+_OPTIONAL_LAUNCH_KEYS = {"workspace": "0"}  # a kernel without a workspace takes none
 _LAUNCH_MINIMA = {"block": 1, "grid_x": 1, "grid_y": 1}  # the others: 0
 MAX_LAUNCH_VALUE = 2**31 - 1
 MAX_TEMPLATE_BYTES = 1 << 20  # the largest template file
@@ -217,6 +220,8 @@ class SearchSpace:
             self.rules += [_specialized_rule(knob, expression, where) for knob, expression in self.specialized.items()]
             launch = _table(data, "launch", where)
             self._launch = {key: Expression(launch[key], f"{where} [launch] {key}", names) for key in _LAUNCH_KEYS}
+            self._launch.update({key: Expression(launch.get(key, default), f"{where} [launch] {key}", names)
+                                 for key, default in _OPTIONAL_LAUNCH_KEYS.items()})
             self._tensor_maps = [_TensorMapEntry.parse(entry, f"{where} [[launch.tensor_maps]] {i}", names)
                                  for i, entry in enumerate(_list(launch, "tensor_maps", f"{where} [launch]"))]
             self.seeds = [self._seed(entry, f"{where} [[seeds]] {i}")
@@ -517,6 +522,7 @@ class SearchSpace:
             dynamic_smem=get("dynamic_smem"),
             opt_in=get("opt_in"),
             tensor_maps=tuple(spec for entry in self._tensor_maps if (spec := entry.spec(names)) is not None),
+            workspace=get("workspace"),
         )
 
     def _launch_value(self, key: str, names: dict[str, Any], config: Config | None = None) -> int | bool:

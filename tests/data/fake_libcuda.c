@@ -5,6 +5,8 @@
    belong to device 0, from DEVICE1 to device 1; any other address is not device memory.
    $FAKE_CUDA_CC is the compute capability (default 90), $FAKE_CUDA_NO_CONTEXT makes no context current.
    A tensor map is filled with its address, sizes, box and swizzle, so a launch can log what it got.
+   cuMemAlloc hands out workspaces from WORKSPACES on, 2^32 bytes apart; a launch logs a parameter after
+   beta that holds such an address as the kernel's workspace.
    Kernel parameters are read up to the first NULL entry (the library passes a NULL-padded array). */
 #include <stdarg.h>
 #include <stdint.h>
@@ -15,6 +17,8 @@
 #define DEVICE0 0x7f0000000000ULL
 #define DEVICE1 0x7e0000000000ULL
 #define SPAN (1ULL << 40)
+#define WORKSPACES 0x7d0000000000ULL
+#define WORKSPACE_SPAN (1ULL << 32)
 #define MAX_PARAMETERS 16
 
 typedef int CUresult;
@@ -143,11 +147,34 @@ CUresult cuTensorMapEncodeTiled(uint64_t* map, int data_type, uint32_t rank, voi
     return 0;
 }
 
+static unsigned long long workspaces_made;
+
+CUresult cuMemAlloc_v2(CUdeviceptr* pointer, size_t bytes) {
+    if (bytes == 0 || bytes > WORKSPACE_SPAN)
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    *pointer = WORKSPACES + WORKSPACE_SPAN * workspaces_made++;
+    record("cuMemAlloc %zu -> %llu", bytes, *pointer);
+    return 0;
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr pointer, unsigned char value, size_t count, void* stream) {
+    record("cuMemsetD8Async %llu %u %zu stream %llu", pointer, value, count, (unsigned long long)(uintptr_t)stream);
+    return 0;
+}
+
 CUresult cuLaunchKernel(void* function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                         unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
                         void* stream, void** parameters, void** extra) {
     char maps[1024] = "";
-    for (int i = 8; i < MAX_PARAMETERS && parameters[i] != NULL; ++i) {
+    int first_map = 8;
+    if (parameters[8] != NULL) {
+        unsigned long long workspace = *(const unsigned long long*)parameters[8];
+        if (workspace >= WORKSPACES && workspace < WORKSPACES + WORKSPACE_SPAN * workspaces_made) {
+            snprintf(maps, sizeof maps, " workspace:%llu", workspace);
+            first_map = 9;
+        }
+    }
+    for (int i = first_map; i < MAX_PARAMETERS && parameters[i] != NULL; ++i) {
         const uint64_t* map = parameters[i];
         char one[160];
         int zero = 1;

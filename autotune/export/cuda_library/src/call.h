@@ -50,8 +50,9 @@ autotune_status autotune_gemm_check_arguments(const autotune_call* call);
 autotune_status autotune_gemm_check_memory(const autotune_driver* driver, const autotune_context* context,
                                            const autotune_call* call);
 
-/* Encode the kernel's tensor maps, compute its grid and enqueue it on the call's stream. */
-autotune_status autotune_gemm_launch(const autotune_driver* driver, CUfunction function,
+/* Encode the kernel's tensor maps, compute its grid, find its workspace (if it takes one) and enqueue it on the
+   call's stream. */
+autotune_status autotune_gemm_launch(const autotune_driver* driver, autotune_context* context, CUfunction function,
                                      const autotune_kernel* kernel, const autotune_call* call);
 
 #endif

@@ -7,6 +7,14 @@
 #include "error.h"
 #include "table.h"
 
+/* A stream's workspace in a context. */
+typedef struct autotune_workspace {
+    CUstream stream;
+    CUdeviceptr pointer;
+    size_t bytes;
+    struct autotune_workspace* next;
+} autotune_workspace;
+
 struct autotune_context {
     unsigned long long id; /* cuCtxGetId: unique for the life of the process */
     int device;
@@ -14,6 +22,7 @@ struct autotune_context {
     int major, minor;       /* the device's compute capability */
     CUfunction* functions;  /* per kernel; NULL until loaded */
     autotune_cublas_slot cublas;
+    autotune_workspace* workspaces; /* per stream; a stream's largest first */
     autotune_context* next;
 };
 
@@ -135,6 +144,43 @@ static CUfunction load_function(const autotune_driver* driver, int index, autotu
     }
     *status = AUTOTUNE_SUCCESS;
     return function;
+}
+
+CUdeviceptr autotune_gemm_workspace(const autotune_driver* driver, autotune_context* context, CUstream stream,
+                                    size_t bytes, autotune_status* status) {
+    pthread_mutex_lock(&lock);
+    autotune_workspace* workspace = context->workspaces;
+    while (workspace != NULL && workspace->stream != stream)
+        workspace = workspace->next;
+    CUdeviceptr pointer = workspace != NULL && workspace->bytes >= bytes ? workspace->pointer : 0;
+    if (pointer == 0) {
+        /* A new buffer for the stream, put first: a smaller one it replaces stays allocated (launches still
+           queued on the stream may use it). */
+        autotune_workspace* made = calloc(1, sizeof *made);
+        CUresult result = made == NULL ? CUDA_SUCCESS : driver->cuMemAlloc(&pointer, bytes);
+        if (result == CUDA_SUCCESS && made != NULL)
+            result = driver->cuMemsetD8Async(pointer, 0, bytes, stream);
+        if (made == NULL) {
+            *status = autotune_gemm_fail(AUTOTUNE_ERROR_CUDA, "out of host memory for a workspace's record");
+        } else if (result != CUDA_SUCCESS) {
+            char call[96];
+            snprintf(call, sizeof call, "allocating and zeroing a workspace of %zu bytes", bytes);
+            *status = driver_failure(driver, call, result);
+            free(made);
+            pointer = 0;
+        } else {
+            made->stream = stream;
+            made->pointer = pointer;
+            made->bytes = bytes;
+            made->next = context->workspaces;
+            context->workspaces = made;
+            *status = AUTOTUNE_SUCCESS;
+        }
+    } else {
+        *status = AUTOTUNE_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return pointer;
 }
 
 CUfunction autotune_gemm_function(const autotune_driver* driver, autotune_context* context, int index,

@@ -29,6 +29,13 @@ int autotune_gemm_context_device(const autotune_context* context);
 /* The context's cuBLAS handle slot. */
 autotune_cublas_slot* autotune_gemm_context_cublas(autotune_context* context);
 
+/* The device address of at least `bytes` of workspace for kernels launched on `stream` in the context: one
+   buffer per stream, shared by the kernels launched on it (each launch leaves it zeroed), allocated on the
+   stream's first call of a kernel that takes one (and again, larger, where a kernel needs more) and zeroed
+   on the stream; kept for the life of the process. 0 with the thread's message set where the driver fails. */
+CUdeviceptr autotune_gemm_workspace(const autotune_driver* driver, autotune_context* context, CUstream stream,
+                                    size_t bytes, autotune_status* status);
+
 /* The loaded function of kernel `index` (loaded now if it is not yet, with its shared-memory opt-in);
    NULL with the thread's message set where the driver refuses. */
 CUfunction autotune_gemm_function(const autotune_driver* driver, autotune_context* context, int index,

@@ -47,6 +47,7 @@ static void load(void) {
           find(library, "cuModuleGetFunction", &d.cuModuleGetFunction) &&
           find(library, "cuFuncSetAttribute", &d.cuFuncSetAttribute) &&
           find(library, "cuTensorMapEncodeTiled", &d.cuTensorMapEncodeTiled) &&
+          find(library, "cuMemAlloc_v2", &d.cuMemAlloc) && find(library, "cuMemsetD8Async", &d.cuMemsetD8Async) &&
           find(library, "cuLaunchKernel", &d.cuLaunchKernel)))
         return;
     CUresult result = d.cuInit(0);

@@ -50,6 +50,8 @@ typedef struct autotune_driver {
                                        const uint64_t* dims, const uint64_t* strides, const uint32_t* box,
                                        const uint32_t* element_strides, int interleave, int swizzle,
                                        int l2_promotion, int oob_fill);
+    CUresult (*cuMemAlloc)(CUdeviceptr* pointer, size_t bytes); /* _v2 */
+    CUresult (*cuMemsetD8Async)(CUdeviceptr pointer, unsigned char value, size_t count, CUstream stream);
     CUresult (*cuLaunchKernel)(CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                                unsigned int block_x, unsigned int block_y, unsigned int block_z,
                                unsigned int shared_bytes, CUstream stream, void** parameters, void** extra);

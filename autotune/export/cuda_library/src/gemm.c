@@ -81,7 +81,7 @@ static autotune_status gemm(const char* function, autotune_call call) {
     CUfunction loaded = autotune_gemm_function(driver, context, kernel, &status);
     if (loaded == NULL)
         return status;
-    return autotune_gemm_launch(driver, loaded, &autotune_gemm_kernels[kernel], &call);
+    return autotune_gemm_launch(driver, context, loaded, &autotune_gemm_kernels[kernel], &call);
 }
 
 autotune_status autotune_sgemm(int m, int n, int k, float alpha, const float* A, const float* B, float beta,

@@ -53,7 +53,7 @@ static autotune_status grid_of(const autotune_kernel* kernel, const autotune_cal
     return AUTOTUNE_SUCCESS;
 }
 
-autotune_status autotune_gemm_launch(const autotune_driver* driver, CUfunction function,
+autotune_status autotune_gemm_launch(const autotune_driver* driver, autotune_context* context, CUfunction function,
                                      const autotune_kernel* kernel, const autotune_call* call) {
     int64_t grid[3];
     autotune_status status = grid_of(kernel, call, grid);
@@ -71,9 +71,17 @@ autotune_status autotune_gemm_launch(const autotune_driver* driver, CUfunction f
     CUdeviceptr c = (CUdeviceptr)(uintptr_t)call->c;
     int m = call->m, n = call->n, k = call->k;
     float alpha = call->alpha, beta = call->beta;
-    void* parameters[GEMM_ARGUMENTS + MAX_TENSOR_MAPS] = {&a, &b, &c, &m, &n, &k, &alpha, &beta};
+    void* parameters[GEMM_ARGUMENTS + 1 + MAX_TENSOR_MAPS] = {&a, &b, &c, &m, &n, &k, &alpha, &beta};
+    int count = GEMM_ARGUMENTS;
+    CUdeviceptr workspace = 0;
+    if (kernel->workspace_bytes > 0) {
+        workspace = autotune_gemm_workspace(driver, context, call->stream, kernel->workspace_bytes, &status);
+        if (workspace == 0)
+            return status;
+        parameters[count++] = &workspace;
+    }
     for (int i = 0; i < kernel->tensor_map_count; ++i)
-        parameters[GEMM_ARGUMENTS + i] = &maps[i];
+        parameters[count++] = &maps[i];
     CUresult result = driver->cuLaunchKernel(function, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
                                              kernel->block[0], kernel->block[1], kernel->block[2],
                                              kernel->dynamic_smem, call->stream, parameters, NULL);

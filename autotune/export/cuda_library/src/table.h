@@ -30,6 +30,7 @@ typedef struct autotune_kernel {
     const autotune_tensor_map_spec* tensor_maps;
     int b_transposed; /* built for B stored N x K (layout nt: transb = T); 0: B stored K x N */
     int reads_c_slowly; /* calls with beta != 0 run cuBLAS (autotune.select.kernel_table.SLOW_C_READS) */
+    size_t workspace_bytes; /* zeroed global memory passed after beta, left zeroed by each launch; 0: none */
 } autotune_kernel;
 
 /* A kernel's time measured at a tuned shape. */
