@@ -39,6 +39,7 @@ def test_stream_k_launches_share_one_workspace_and_leave_its_flags_zero():
     function = load_kernel(cupy, built.cubin, built.entry, built.launch.dynamic_smem)
     pool = WorkspacePool(cupy)
     stream = cupy.cuda.Stream(non_blocking=True)
+    stream.use()  # as the GPU worker does: operands, NaN fills and checks on the launches' stream
     rng = cupy.random.default_rng(3)
     wrong = []
     for m, n, k in SHAPES * ROUNDS:
@@ -49,6 +50,7 @@ def test_stream_k_launches_share_one_workspace_and_leave_its_flags_zero():
         launch = KernelLaunch(cupy, function, grid, built.launch.block, built.launch.dynamic_smem, (m, n, k),
                               built.launch.tensor_maps, False, workspace, pool)
         launch(stream.ptr, a.data.ptr, b.data.ptr, c.data.ptr, 2, 1.0, 0.0)
+        assert cupy.cuda.get_current_stream().ptr == stream.ptr  # the workspace's allocation leaves it so
         stream.synchronize()
         expected = a.astype(cupy.float32) @ b.astype(cupy.float32)
         error = float(cupy.abs(c.astype(cupy.float32) - expected).max())
@@ -59,4 +61,5 @@ def test_stream_k_launches_share_one_workspace_and_leave_its_flags_zero():
             cupy.cuda.UnownedMemory(pool.address(stream.ptr, workspace), 4096, pool), 0))
         if int(cupy.count_nonzero(flags)):
             wrong.append(f"{m}x{n}x{k}: {int(cupy.count_nonzero(flags))} flags left set")
+    cupy.cuda.Stream.null.use()
     assert not wrong, "\n".join(wrong)

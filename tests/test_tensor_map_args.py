@@ -32,33 +32,20 @@ def test_maps_of_operands_tma_cannot_address_are_zeros_and_follow_the_gemm_argum
     assert numpy.frombuffer(ctypes.string_at(int(args[7]), 4), numpy.float32)[0] == 0.0
 
 
-class _FakeBuffer:
-    def __init__(self, address: int, nbytes: int):
-        self.nbytes, self.data = nbytes, types.SimpleNamespace(ptr=address)
-
-
 def _fake_cupy_with_memory(calls: list, made: list) -> types.SimpleNamespace:
-    """A stand-in CuPy whose zeros() hands out fake buffers (and notes the stream each was zeroed on)."""
-    current = {"stream": None}
+    """A stand-in CuPy whose device allocations are fake addresses; ``made`` notes each (bytes) and each memset
+    (address, value, bytes, stream)."""
 
-    class ExternalStream:
-        def __init__(self, ptr):
-            self.ptr = ptr
-
-        def __enter__(self):
-            current["stream"] = self.ptr
-
-        def __exit__(self, *exc):
-            current["stream"] = None
-
-    def zeros(nbytes, dtype):
-        made.append((current["stream"], nbytes))
-        return _FakeBuffer(0x10_0000 * len(made), nbytes)
+    class Memory:
+        def __init__(self, nbytes):
+            made.append(nbytes)
+            self.ptr, self.size = 0x10_0000 * len([m for m in made if isinstance(m, int)]), nbytes
 
     fake = _fake_cupy(calls)
-    fake.cuda.ExternalStream = ExternalStream
-    fake.cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0)
-    fake.zeros, fake.uint8 = zeros, "uint8"
+    fake.cuda.memory = types.SimpleNamespace(Memory=Memory)
+    fake.cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0,
+                                              memsetAsync=lambda ptr, value, size, stream: made.append(
+                                                  (ptr, value, size, stream)))
     return fake
 
 
@@ -90,7 +77,7 @@ def test_a_workspace_pointer_follows_beta_before_the_maps_one_zeroed_buffer_per_
     large(7, 0x1008, 0x2008, 0x3000, 2, 1.0, 0.0)
     small(7, 0x1008, 0x2008, 0x3000, 2, 1.0, 0.0)
     # one buffer for stream 7, one for stream 9, then a larger one for stream 7, each zeroed on its own stream
-    assert made == [(7, 1000), (9, 1000), (7, 5000)]
+    assert made == [1000, (0x10_0000, 0, 1000, 7), 1000, (0x20_0000, 0, 1000, 9), 5000, (0x30_0000, 0, 5000, 7)]
     assert pointers == [0x10_0000, 0x10_0000, 0x20_0000, 0x30_0000, 0x30_0000]
     for address in calls:  # the map still comes last, 64-byte aligned
         assert int(_arguments(address, 10)[9]) % 64 == 0

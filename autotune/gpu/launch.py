@@ -43,7 +43,9 @@ class WorkspacePool:
     Kernels launched on one stream run one after the other, and each leaves its workspace zeroed
     (:mod:`autotune.kernel_abi`), so every kernel launched on a stream shares that stream's buffer; a
     kernel that needs more than it holds gets a larger one (the smaller one is kept: launches still
-    queued may use it). A buffer is allocated and zeroed on its own stream, in order with the launches.
+    queued may use it). A buffer is device memory of its own (``cudaMalloc``, not CuPy's pool, so no
+    other allocation reuses it while a launch may; freeing it waits for the device), zeroed on its
+    stream in order with the launches; the current stream is left as it is.
     """
 
     def __init__(self, cupy):
@@ -57,16 +59,16 @@ class WorkspacePool:
         (on the current device)."""
         key = (self._cupy.cuda.runtime.getDevice(), stream_ptr)
         buffer = self._buffers.get(key)
-        if buffer is None or buffer.nbytes < nbytes:
+        if buffer is None or buffer.size < nbytes:
             with self._lock:
                 buffer = self._buffers.get(key)
-                if buffer is None or buffer.nbytes < nbytes:
+                if buffer is None or buffer.size < nbytes:
                     if buffer is not None:
                         self._kept.append(buffer)
-                    with self._cupy.cuda.ExternalStream(stream_ptr):
-                        buffer = self._cupy.zeros(nbytes, dtype=self._cupy.uint8)
+                    buffer = self._cupy.cuda.memory.Memory(nbytes)
+                    self._cupy.cuda.runtime.memsetAsync(buffer.ptr, 0, nbytes, stream_ptr)
                     self._buffers[key] = buffer
-        return buffer.data.ptr
+        return buffer.ptr
 
 
 class KernelLaunch:
