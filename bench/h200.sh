@@ -6,7 +6,9 @@
 #                                       takes about 500 s, so TESTS_PART=1/2 and 2/2 fit two calls)
 #   bench/h200.sh search SIZE:TRIALS[:DTYPE[:OBJECTIVE[:LAYOUT]]]...  searches, e.g. 4096:150 1024:100:f16
 #                                       4096:60:f16:pareto 4096:60:f16:time:nt (f32, time and row by default;
-#                                       SEARCH_TIMEOUT=S limits each search to S seconds)
+#                                       SEARCH_TIMEOUT=S limits each search to S seconds; SEARCH_FAMILY=NAME searches one
+#                                       family; SEARCH_PIN="KNOB=V[,V] ..." pins knobs of it; the 3 fastest kernels per
+#                                       problem and cuBLAS exported to $OUT/search_results.jsonl)
 #   bench/h200.sh ladder DTYPE:SIZE...  the optimisation ladder, e.g. f16:4096 f32:4096
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh ratio DTYPE:SIZE[:CONFIG]...  the best config (or the config named) against cuBLAS, 10 rounds,
@@ -150,9 +152,12 @@ while [ $# -gt 0 ]; do
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
             IFS=: read -r size trials dtype objective layout <<< "$1"; shift
             dtype=${dtype:-f32}; objective=${objective:-time}; layout=${layout:-row}
+            pins=(); for pin in ${SEARCH_PIN:-}; do pins+=(--pin "$pin"); done
             python3 -m autotune search --gpu h200 --shape "$size" --dtype "$dtype" --layout "$layout" --trials "$trials" \
-                --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_${objective}_$layout.log" || status=1
+                --objective "$objective" ${SEARCH_TIMEOUT:+--timeout "$SEARCH_TIMEOUT"} ${SEARCH_FAMILY:+--family "$SEARCH_FAMILY"} \
+                "${pins[@]}" --db "$DB" 2>&1 | tee "$OUT/search_${dtype}_${size}_${objective}_$layout.log" || status=1
         done
+        python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/search_results.jsonl" || status=1
         ;;
     ladder|energy|ratio)
         case $mode in
