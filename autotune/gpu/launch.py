@@ -43,7 +43,7 @@ class WorkspacePool:
     Kernels launched on one stream run one after the other, and each leaves its workspace zeroed
     (:mod:`autotune.kernel_abi`), so every kernel launched on a stream shares that stream's buffer; a
     kernel that needs more than it holds gets a larger one (the smaller one is kept: launches still
-    queued may use it). A buffer is device memory of its own (``cudaMalloc``, not CuPy's pool, so no
+    queued, and launches that took its address before, use it). A buffer is device memory of its own (``cudaMalloc``, not CuPy's pool, so no
     other allocation reuses it while a launch may; freeing it waits for the device), zeroed on its
     stream in order with the launches; the current stream is left as it is.
     """
@@ -94,6 +94,7 @@ class KernelLaunch:
         self._launch_kernel = cupy.cuda.driver.launchKernel
         self._pointers = numpy.zeros(3, numpy.uint64)
         self._workspace_pointer = numpy.zeros(1, numpy.uint64)
+        self._workspace_stream: int | None = None  # the stream whose buffer the pointer holds
         self._sizes = numpy.array(sizes, numpy.int32)
         self._scalars = numpy.zeros(2, numpy.float32)
         count = len(tensor_maps)
@@ -119,8 +120,10 @@ class KernelLaunch:
                 if self.tensor_maps:
                     self._maps[:] = numpy.frombuffer(self._encode_maps(a, b, c, element_bytes), numpy.uint8)
                 self._placed = placed
-            if self._workspaces is not None:
+            if self._workspaces is not None and stream_ptr != self._workspace_stream:
+                # the pool keeps every buffer it handed out, so a stream's stays valid for this launch's kernel
                 self._workspace_pointer[0] = self._workspaces.address(stream_ptr, self.workspace)
+                self._workspace_stream = stream_ptr
             if (alpha, beta) != self._scaled:
                 self._scalars[:] = (alpha, beta)
                 self._scaled = (alpha, beta)
