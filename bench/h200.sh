@@ -13,6 +13,9 @@
 #   bench/h200.sh energy DTYPE:SIZE...  energy of the best config and cuBLAS, 5 windows each
 #   bench/h200.sh ratio DTYPE:SIZE[:CONFIG]...  the best config (or the config named) against cuBLAS, 10 rounds,
 #                                       which goes first alternating
+#   bench/h200.sh part-costs DTYPE:SIZE:CONFIG...  an hgemm_wgmma config with its epilogue left out and at M grown
+#                                       to fill whole waves, against itself and cuBLAS, PART_ROUNDS rounds (default 5;
+#                                       bench/part_costs.py)
 #   bench/h200.sh compilers [CONFIG...]  the public 128x256x8 SGEMM (a salykova/sgemm.cu checkout in PUBLIC_SGEMM,
 #                                       default .sgemm.cu; skipped with a message where there is none) and sgemm configs
 #                                       (default: the 4096 best), each built by NVRTC and by nvcc, verified and timed
@@ -159,15 +162,17 @@ while [ $# -gt 0 ]; do
         done
         python3 -m autotune results export --gpu h200 --per-problem 3 --db "$DB" > "$OUT/search_results.jsonl" || status=1
         ;;
-    ladder|energy|ratio)
+    ladder|energy|ratio|part-costs)
         case $mode in
         ladder) command=(python3 -m autotune ladder --gpu h200) ;;
         energy) command=(python3 bench/energy_repeat.py --times 5) ;;
         ratio) command=(python3 bench/ratio_repeat.py --rounds 10) ;;
+        part-costs) command=(python3 bench/part_costs.py --rounds "${PART_ROUNDS:-5}") ;;
         esac
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
             IFS=: read -r dtype size config <<< "$1"; shift
-            "${command[@]}" --shape "$size" --dtype "$dtype" ${config:+--config "$config"} --db "$DB" 2>&1 | tee "$OUT/${mode}_${dtype}_$size${config:+_$config}.log" || status=1
+            db=(--db "$DB"); [ "$mode" = part-costs ] && db=()
+            "${command[@]}" --shape "$size" --dtype "$dtype" ${config:+--config "$config"} "${db[@]}" 2>&1 | tee "$OUT/${mode}_${dtype}_$size${config:+_$config}.log" || status=1
         done
         ;;
     import)
@@ -386,7 +391,7 @@ for name, file in (("llm", "hgemv_shapes.txt"), ("llm-held-out", "hgemv_held_out
         cat "$OUT/mismatch.log"
         ;;
     *)
-        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., import FILE..., retime, runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], profile DTYPE:SIZE:CONFIG..., mismatch" >&2; exit 2
+        echo "unknown mode $mode: expected tests, search SIZE:TRIALS[:DTYPE[:OBJECTIVE]]..., ladder DTYPE:SIZE..., energy DTYPE:SIZE..., ratio DTYPE:SIZE..., part-costs DTYPE:SIZE:CONFIG..., import FILE..., retime, runtime, first-call, cudalib, throughput [DTYPE:SIZE:TRIALS:TARGET...], sweep DTYPE..., bf16, gemv, hgemv, shared [DEVICES], compilers [CONFIG...], brute-force [NAME], profile DTYPE:SIZE:CONFIG..., mismatch" >&2; exit 2
         ;;
     esac
 done
