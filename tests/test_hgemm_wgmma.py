@@ -94,26 +94,6 @@ def test_persistent_epilogue_ring_sits_beside_the_stages(wgmma, h200):
     assert plain["SMEM_BYTES"] == values["PIPELINE_BYTES"] + 1024 + values["BARRIER_BYTES"]
 
 
-def test_a_ring_of_four_boxes_stores_a_whole_strip_before_any_wait(wgmma, h200):
-    """STORE_RING 4: each warp's ring holds the four boxes of its m64n256 strip (8 KB a warp, beside the
-    stages), so a box waits only for the box of the tile before; three stages fit beside it, four do not."""
-    seed = _persistent_seeds(wgmma)[0].as_dict()
-    config = wgmma.config({**seed, "STORE_RING": 4, "STAGES": 3, "WAIT_DEPTH": 0})
-    values = wgmma.values(config, h200)
-    assert values["SMEM_BYTES"] == values["PIPELINE_BYTES"] + values["CONSUMERS"] * 4 * 8192 + 1024 + \
-        values["BARRIER_BYTES"]
-    assert wgmma.check(config, h200).feasible
-    code = render(wgmma, config, h200).code
-    assert "(tid / 32) * 8192;" in code and "(boxes_stored & 3) * 2048" in code
-    assert "tma_store_wait_read<3>();" in code
-    two = render(wgmma, wgmma.config({**seed, "STAGES": 3, "WAIT_DEPTH": 0}), h200).code
-    assert "(tid / 32) * 4096;" in two and "tma_store_wait_read<1>();" in two
-    assert wgmma.check(wgmma.config({**seed, "STORE_RING": 4, "STAGES": 4}), h200).reason is not None  # smem
-    for change in ({"PERSISTENT": 0, "SETMAXNREG": 0}, {"SMEM_EPILOGUE": 0}, {"WN": 128}):
-        assert wgmma.check(wgmma.config({**seed, "STORE_RING": 4, "STAGES": 3, **change}), h200).reason.startswith(
-            "a ring of 4 boxes is for the persistent TMA epilogue of more than 2 boxes per warp"), change
-
-
 def _compiled(space, config, gpu):
     compiled = compile_kernel(render(space, config, gpu))
     assert not isinstance(compiled, CompileFailure), compiled.message
