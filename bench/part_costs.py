@@ -24,11 +24,8 @@ import math
 import statistics
 import sys
 
-import cupy
 from ratio_repeat import parse_config_name
 
-from autotune.gpu.launch import KernelLaunch, load_kernel
-from autotune.gpu.measure import CublasGemm, make_operands, time_launches
 from autotune.gpu_specs import GPUS
 from autotune.kernel.build import finish_build
 from autotune.kernel.compile import compile_kernel
@@ -83,6 +80,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args()
+    import cupy
+
+    from autotune.gpu.launch import KernelLaunch, load_kernel
+    from autotune.gpu.measure import CublasGemm, make_operands, time_launches
+
     problem = make_problem(args.shape, args.dtype)
     space, config = parse_config_name(args.config, families_for_dtype(problem.dtype))
     gpu = GPUS["h200"]
