@@ -9,6 +9,9 @@ Three kernels and cuBLAS are timed in alternated rounds (L2 flushed before every
 * ``no-epilogue``: the same source with every tile's epilogue skipped (``continue`` or ``return`` after
   the main loop), so no C is written. Its output is wrong, so it is timed and not verified. The difference to
   ``full`` bounds what overlapping the epilogue with the next tile's main loop could win.
+* ``no-c-stores`` (a persistent kernel with the TMA epilogue): the epilogue's work kept, its stores of C left
+  out. Where it takes as long as ``full``, the epilogue costs its instructions; where as long as
+  ``no-epilogue``, the traffic of C.
 * ``full`` on the problem with M grown until the tiles fill whole waves of blocks (``--fill-waves``):
   if the last, partial wave costs a whole wave, the larger problem takes about as long; the share of
   the time a tile scheduler that splits the last wave could win is then ``1 - M / M_filled`` at most.
@@ -65,6 +68,17 @@ def without_epilogue(code: str) -> str:
     return head + marker + _KEEP_ALIVE.format(indent="    ", leave="return", element=element) + tail
 
 
+_PERSISTENT_STORE = "tma_store(&tensor_map_c, block_n + col0 + 64 * slab, block_m + row0 + i * 64, box);"
+
+
+def without_c_stores(code: str) -> str:
+    """The persistent kernel's source with its epilogue's work (scale, convert, stmatrix into the ring) kept and
+    its TMA stores of C left out: what the epilogue costs besides the traffic of C."""
+    if code.count(_PERSISTENT_STORE) != 1:
+        raise SystemExit("not a persistent hgemm_wgmma source with a TMA epilogue: no C stores to leave out")
+    return code.replace(_PERSISTENT_STORE, "/* part_costs: C store left out */", 1)
+
+
 def filled_rows(m: int, n: int, bm: int, bn: int, sms: int) -> int:
     """The most rows (a multiple of ``bm``, at least ``m``) whose tiles fit the waves that ``m`` rows need."""
     columns = math.ceil(n / bn)
@@ -93,11 +107,13 @@ def main() -> None:
     rows = filled_rows(problem.m, problem.n, bm, bn, gpu.sms)
     source = render(space, config, gpu)
     variants = {"full": source, "no-epilogue": dataclasses.replace(source, code=without_epilogue(source.code))}
+    if source.code.count(_PERSISTENT_STORE) == 1:
+        variants["no-c-stores"] = dataclasses.replace(source, code=without_c_stores(source.code))
     print(f"{problem.shape} {problem.dtype}: {config.name}; tiles {bm}x{bn}, filled waves at M = {rows}")
 
     timed = {}  # label -> launch callable
     kept = []
-    for label, m in (("full", problem.m), ("no-epilogue", problem.m), (f"full at M={rows}", rows)):
+    for label, m in [(name, problem.m) for name in variants] + [(f"full at M={rows}", rows)]:
         shaped = dataclasses.replace(problem, m=m)
         built = finish_build(space, config, compile_kernel(variants[label.split(" ")[0]], use_cache=False), gpu,
                              shaped)
@@ -127,6 +143,8 @@ def main() -> None:
         print(f"  {label}: {ms:.4f} ms")
     full, bare = final["full"], final["no-epilogue"]
     print(f"  epilogue: {100 * (full - bare) / full:.1f}% of the kernel's time")
+    if "no-c-stores" in final:
+        print(f"  of which the stores of C: {100 * (full - final['no-c-stores']) / full:.1f}%")
     grown = final[f"full at M={rows}"]
     print(f"  filled waves: {rows / problem.m:.4f}x the work in {grown / full:.4f}x the time "
           f"(per row {full / problem.m * rows / grown:.4f}x as fast); cuBLAS "

@@ -49,3 +49,15 @@ def test_without_its_epilogue_a_kernel_keeps_its_accumulators_and_writes_no_tile
     assert code.index("        continue;  // part_costs") > loop
     with pytest.raises(SystemExit, match="no epilogue to leave out"):
         part_costs.without_epilogue("__global__ void k() {}")
+
+
+def test_without_c_stores_the_persistent_epilogue_keeps_its_work_and_stores_nothing():
+    space, h200 = load_space("hgemm_wgmma"), gpu_spec("h200")
+    persistent = [seed for seed in space.seeds if seed["PERSISTENT"] and seed["SMEM_EPILOGUE"]][0]
+    source = render(space, persistent, h200)
+    cut = part_costs.without_c_stores(source.code)
+    assert "tma_store(&tensor_map_c" not in cut and cut.count("stmatrix_x4(box") == 1
+    assert cut.count("tma_store_commit();") == source.code.count("tma_store_commit();")
+    _compiled(dataclasses.replace(source, code=cut))
+    with pytest.raises(SystemExit, match="no C stores to leave out"):
+        part_costs.without_c_stores(render(space, space.config(ONE_TILE_A_BLOCK), h200).code)
