@@ -94,25 +94,6 @@ def test_persistent_epilogue_ring_sits_beside_the_stages(wgmma, h200):
     assert plain["SMEM_BYTES"] == values["PIPELINE_BYTES"] + 1024 + values["BARRIER_BYTES"]
 
 
-def test_staggered_epilogues_pass_each_warpgroup_s_turn_to_the_next(wgmma, h200):
-    """STAGGER: warpgroup w waits on barrier 2 + w before writing its part of a tile (warpgroup 0 from the second
-    tile on) and passes barrier 2 + (w + 1) % CONSUMERS after it (the last warpgroup not after the last tile), so
-    each barrier is waited on and passed once per tile in turn; it needs a persistent kernel without stream-K."""
-    seed = _persistent_seeds(wgmma)[0].as_dict()
-    config = wgmma.config({**seed, "STAGGER": 1})
-    assert wgmma.check(config, h200).feasible
-    code = render(wgmma, config, h200).code
-    assert "if (warpgroup > 0 || tile > 0) turn_wait(2 + warpgroup);" in code
-    assert "if (warpgroup + 1 < CONSUMERS || tile + 1 < my_tiles) turn_pass(2 + (warpgroup + 1) % CONSUMERS);" in code
-    assert code.index("turn_wait(2 + warpgroup)") < code.index("if (store_by_tma)", code.index("turn_wait(2 + w")) \
-        < code.index("turn_pass(2 + (warpgroup")
-    assert "turn_wait" not in render(wgmma, wgmma.config(seed), h200).code
-    _compiled(wgmma, config, h200)
-    for change in ({"PERSISTENT": 0, "SETMAXNREG": 0}, {"STREAM_K": 1}):
-        assert wgmma.check(wgmma.config({**seed, "STAGGER": 1, **change}), h200).reason.startswith(
-            "staggered epilogues are for a persistent kernel of 2 or more multiplying warpgroups"), change
-
-
 def _compiled(space, config, gpu):
     compiled = compile_kernel(render(space, config, gpu))
     assert not isinstance(compiled, CompileFailure), compiled.message
