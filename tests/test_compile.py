@@ -1,5 +1,7 @@
 """Render and NVRTC-compile real configs offline; no GPU involved."""
 
+from pathlib import Path
+
 import pytest
 
 from autotune.gpu_specs import gpu_spec
@@ -8,7 +10,7 @@ from autotune.kernel.render import KernelSource, render
 from autotune.kernel.resources import resource_violation
 from autotune.problem import make_problem
 from autotune.records import Resources
-from autotune.space.family import load_space
+from autotune.space.family import SearchSpace, load_space
 from autotune.space.survey import feasible_configs
 
 LOG = """ptxas info    : 0 bytes gmem
@@ -136,6 +138,24 @@ def test_cubin_resources_match_the_ptxas_report(gpu):
         assert from_cubin.smem_static == compiled.resources.smem_static
         assert (from_cubin.stack_frame > 0) == (compiled.resources.stack_frame > 0)
         assert (from_cubin.spill_stores > 0) == (compiled.resources.spill_stores > 0)
+
+
+def test_cubin_resources_of_kernels_with_no_or_only_dynamic_shared_memory_match_the_ptxas_report():
+    """sm_90 cubins hold a reserved shared-memory section: a kernel that uses none has no section of its own
+    (static 0, not minus the reserved 1 KB), one with only dynamic shared memory a section of the reserved
+    1 KB alone (static 0)."""
+    from autotune.kernel.cubin import read_resources
+
+    spec = gpu_spec("h200")
+    tiny = SearchSpace(Path(__file__).parent / "data" / "tiny.toml")
+    wgmma = load_space("hgemm_wgmma")
+    for space, config in [(tiny, tiny.config({"ROWS": 2, "COLS": 2, "UNROLL": 2, "SKEW": 0})),
+                          (wgmma, wgmma.seeds[0])]:
+        compiled = compile_kernel(render(space, config, spec))
+        assert not isinstance(compiled, CompileFailure), compiled.message
+        from_cubin = read_resources(compiled.cubin, compiled.entry)
+        assert from_cubin.smem_static == compiled.resources.smem_static == 0
+        assert from_cubin.registers == compiled.resources.registers
 
 
 def every_knob_value(space, spec, feasible, rng):

@@ -163,8 +163,10 @@ def read_resources(cubin: bytes, entry: str, dynamic_smem: int = 0) -> Resources
         raise CompilerError(f"no register count for {entry} in the cubin")
     shared = sections.get(f".nv.shared.{entry}")
     smem = shared.size if shared is not None else 0
-    if any(name.startswith(".nv.shared.reserved") for name in sections):
-        smem -= _SYSTEM_RESERVED_SMEM  # sm_90 cubins include it; ptxas reports do not
+    if shared is not None and any(name.startswith(".nv.shared.reserved") for name in sections):
+        # sm_90 cubins count it in a kernel's section, where it has one (a kernel that uses no shared
+        # memory has none); ptxas reports do not count it
+        smem = max(0, smem - _SYSTEM_RESERVED_SMEM)
     frame = frame or 0
     return Resources(registers=registers, smem_static=smem, smem_dynamic=dynamic_smem,
                      spill_stores=frame, spill_loads=frame, stack_frame=frame)
