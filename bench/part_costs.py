@@ -3,7 +3,7 @@ its time per tile where its tiles fill whole waves of blocks.
 
     python3 bench/part_costs.py --shape 4096 --config hgemm_wgmma_wg_m2_... [--rounds 5]
 
-Three kernels and cuBLAS are timed in alternated rounds (L2 flushed before every launch):
+These kernels, and cuBLAS at both sizes, are timed in alternated rounds (L2 flushed before every launch):
 
 * ``full``: the config as it ships.
 * ``no-epilogue``: the same source with every tile's epilogue skipped (``continue`` or ``return`` after
@@ -12,7 +12,7 @@ Three kernels and cuBLAS are timed in alternated rounds (L2 flushed before every
 * ``no-c-stores`` (a persistent kernel with the TMA epilogue): the epilogue's work kept, its stores of C left
   out. Where it takes as long as ``full``, the epilogue costs its instructions; where as long as
   ``no-epilogue``, the traffic of C.
-* ``full`` on the problem with M grown until the tiles fill whole waves of blocks (``--fill-waves``):
+* ``full`` on the problem with M grown until the tiles fill whole waves of blocks:
   if the last, partial wave costs a whole wave, the larger problem takes about as long; the share of
   the time a tile scheduler that splits the last wave could win is then ``1 - M / M_filled`` at most.
 
@@ -42,14 +42,14 @@ _MAIN_LOOP_END = "    fence_accumulators(acc);\n"  # one tile a block: after the
 
 
 # Keeps the accumulators live without writing C (else ptxas drops the dead wgmma too): a sum in 8
-# chains, stored only if it has one NaN bit pattern. About 130 instructions a thread a tile.
+# chains, and a copy within C only if the sum has one NaN bit pattern. About 130 instructions a thread a tile.
 _KEEP_ALIVE = """{indent}{{
 {indent}    float sums[8] = {{}};
 {indent}    const float* const flat = &acc[0][0][0];
 {indent}#pragma unroll
 {indent}    for (int e = 0; e < M_TILES * (WN / 8) * 4; ++e) sums[e % 8] += flat[e];
 {indent}    const float sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
-{indent}    if (__float_as_uint(sum) == 0x7fc01234u) C[0] = {element}(sum);
+{indent}    if (__float_as_uint(sum) == 0x7fc01234u) C[0] = C[1];
 {indent}}}
 {indent}{leave};  // part_costs: epilogue left out
 """
@@ -58,14 +58,13 @@ _KEEP_ALIVE = """{indent}{{
 def without_epilogue(code: str) -> str:
     """The kernel's source with each tile's epilogue skipped (``continue`` in a persistent kernel's
     tile loop, ``return`` in a kernel of one tile a block)."""
-    element = "__half" if "__half" in code else "__nv_bfloat16"
     head, marker, tail = code.rpartition(_TILE_LOOP_END)
     if marker and "for (int tile = 0; tile < my_tiles; ++tile)" in head:
-        return head + marker + _KEEP_ALIVE.format(indent="        ", leave="continue", element=element) + tail
+        return head + marker + _KEEP_ALIVE.format(indent="        ", leave="continue") + tail
     head, marker, tail = code.rpartition(_MAIN_LOOP_END)
     if not marker:
         raise SystemExit("not an hgemm_wgmma source: no epilogue to leave out")
-    return head + marker + _KEEP_ALIVE.format(indent="    ", leave="return", element=element) + tail
+    return head + marker + _KEEP_ALIVE.format(indent="    ", leave="return") + tail
 
 
 _PERSISTENT_STORE = "tma_store(&tensor_map_c, block_n + col0 + 64 * slab, block_m + row0 + i * 64, box);"
