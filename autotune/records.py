@@ -55,6 +55,12 @@ class Resources:
     spill_loads: int
     stack_frame: int
 
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"resources: {field.name} {value!r} is not a count (an integer >= 0)")
+
     @property
     def smem_total(self) -> int:
         return self.smem_static + self.smem_dynamic

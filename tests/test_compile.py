@@ -406,3 +406,11 @@ def test_a_build_for_whole_tiles_is_the_lean_loop_alone_and_much_smaller(pool):
         assert ("col + 3 < N" in code) == (not config["WHOLE_TILES"])
     for seed in lean:
         assert sizes[(seed.name, 1)] < 0.6 * sizes[(seed.name, 0)], (seed.name, sizes)
+
+
+def test_resources_refuse_what_is_not_a_count():
+    """Resources refuse what is not a count, so a wrong reading never reaches a results database (which
+    would then refuse to read the row back)."""
+    for bad in (-1024, 1.5, True, None):
+        with pytest.raises(ValueError, match=f"smem_static {bad!r} is not a count"):
+            Resources(registers=32, smem_static=bad, smem_dynamic=0, spill_stores=0, spill_loads=0, stack_frame=0)
