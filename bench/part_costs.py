@@ -29,7 +29,6 @@ import sys
 
 from ratio_repeat import parse_config_name
 
-from autotune.gpu_specs import GPUS
 from autotune.kernel.build import finish_build
 from autotune.kernel.compile import compile_kernel
 from autotune.kernel.render import render
@@ -93,63 +92,81 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args()
-    import cupy
-
-    from autotune.gpu.launch import KernelLaunch, load_kernel
-    from autotune.gpu.measure import CublasGemm, make_operands, time_launches
+    from autotune.gpu.detect import attached_gpu
+    from autotune.gpu.measure import time_launches
 
     problem = make_problem(args.shape, args.dtype)
     space, config = parse_config_name(args.config, families_for_dtype(problem.dtype))
-    gpu = GPUS["h200"]
+    gpu = attached_gpu()
     values = space.values(config, gpu)
-    bm, bn = values["BM"], values["BN"]
-    rows = filled_rows(problem.m, problem.n, bm, bn, gpu.sms)
-    source = render(space, config, gpu)
-    variants = {"full": source, "no-epilogue": dataclasses.replace(source, code=without_epilogue(source.code))}
-    if source.code.count(_PERSISTENT_STORE) == 1:
-        variants["no-c-stores"] = dataclasses.replace(source, code=without_c_stores(source.code))
-    print(f"{problem.shape} {problem.dtype}: {config.name}; tiles {bm}x{bn}, filled waves at M = {rows}")
-
-    timed = {}  # label -> launch callable
-    kept = []
-    for label, m in [(name, problem.m) for name in variants] + [(f"full at M={rows}", rows)]:
+    rows = filled_rows(problem.m, problem.n, values["BM"], values["BN"], gpu.sms)
+    print(f"{problem.shape} {problem.dtype}: {config.name}; tiles {values['BM']}x{values['BN']}, "
+          f"filled waves at M = {rows}")
+    compiled = {name: compile_kernel(source, use_cache=False) for name, source in _variants(render(space, config, gpu))}
+    timed, kept = {}, []  # label -> launch; what the launches' addresses point into
+    for m, names in ((problem.m, list(compiled)), (rows, ["full"])):
         shaped = dataclasses.replace(problem, m=m)
-        built = finish_build(space, config, compile_kernel(variants[label.split(" ")[0]], use_cache=False), gpu,
-                             shaped)
-        if isinstance(built, Failure):
-            raise SystemExit(f"{label}: {built.failure_class}: {built.message}")
-        launch = built.launch
-        function = load_kernel(cupy, built.cubin, built.entry, launch.dynamic_smem, launch.opt_in)
-        kernel = KernelLaunch(cupy, function, launch.grid, launch.block, launch.dynamic_smem,
-                              (m, problem.n, problem.k), launch.tensor_maps, workspace=launch.workspace)
-        operands = make_operands(shaped, seed=0)
-        stream = cupy.cuda.get_current_stream().ptr
-        a, b, c = operands.a.data.ptr, operands.b.data.ptr, operands.out.data.ptr
-        timed[label] = (lambda kernel=kernel, a=a, b=b, c=c: kernel(stream, a, b, c, 2, 1.0, 0.0))
-        cublas = CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, element=problem.element)
-        timed[f"cuBLAS at M={m}"] = cublas
-        kept.append((kernel, operands, cublas))
-
+        timed[f"cuBLAS at M={m}"], operands = _cublas(shaped)
+        kept.append(operands)
+        for name in names:
+            timed[name if m == problem.m else f"{name} at M={m}"] = _kernel(space, config, compiled[name], gpu,
+                                                                           shaped, operands)
     medians: dict[str, list[float]] = {label: [] for label in timed}
     for round_ in range(1, args.rounds + 1):
-        order = list(timed) if round_ % 2 else list(reversed(timed))
-        for label in order:
+        for label in (list(timed) if round_ % 2 else list(reversed(timed))):
             medians[label].append(time_launches(timed[label], warmup=5, repeats=args.repeats).median_ms)
         print(f"  round {round_}: " + ", ".join(f"{label} {medians[label][-1]:.4f} ms" for label in timed))
-    final = {label: statistics.median(times) for label, times in medians.items()}
+    _report({label: statistics.median(times) for label, times in medians.items()}, problem.m, rows)
+
+
+def _variants(source):
+    """(name, source) of the kernels timed at the problem's size: as it ships, without its epilogue, and
+    (a persistent kernel with the TMA epilogue) without its stores of C."""
+    yield "full", source
+    yield "no-epilogue", dataclasses.replace(source, code=without_epilogue(source.code))
+    if source.code.count(_PERSISTENT_STORE) == 1:
+        yield "no-c-stores", dataclasses.replace(source, code=without_c_stores(source.code))
+
+
+def _cublas(problem):
+    """cuBLAS on fresh operands of ``problem``, and those operands."""
+    from autotune.gpu.measure import CublasGemm, make_operands
+
+    operands = make_operands(problem, seed=0)
+    return CublasGemm(operands.a, operands.b, operands.out, 1.0, 0.0, element=problem.element), operands
+
+
+def _kernel(space, config, compiled, gpu, problem, operands):
+    """A launch of ``compiled`` on ``problem``'s ``operands`` (c = a @ b), on the current stream."""
+    import cupy
+
+    from autotune.gpu.launch import KernelLaunch, load_kernel
+
+    built = finish_build(space, config, compiled, gpu, problem)
+    if isinstance(built, Failure):
+        raise SystemExit(f"{config.name} at {problem.shape}: {built.failure_class}: {built.message}")
+    launch = built.launch
+    kernel = KernelLaunch(cupy, load_kernel(cupy, built.cubin, built.entry, launch.dynamic_smem, launch.opt_in),
+                          launch.grid, launch.block, launch.dynamic_smem, (problem.m, problem.n, problem.k),
+                          launch.tensor_maps, workspace=launch.workspace)
+    stream, element_bytes = cupy.cuda.get_current_stream().ptr, operands.a.itemsize
+    a, b, c = operands.a.data.ptr, operands.b.data.ptr, operands.out.data.ptr
+    return lambda: kernel(stream, a, b, c, element_bytes, 1.0, 0.0)
+
+
+def _report(ms: dict[str, float], m: int, rows: int) -> None:
+    """The medians over rounds, and what they say of the epilogue and of the last wave."""
     print("medians over rounds:")
-    for label, ms in final.items():
-        print(f"  {label}: {ms:.4f} ms")
-    full, bare = final["full"], final["no-epilogue"]
-    print(f"  epilogue: {100 * (full - bare) / full:.1f}% of the kernel's time")
-    if "no-c-stores" in final:
-        print(f"  of which the stores of C: {100 * (full - final['no-c-stores']) / full:.1f}%")
-    grown = final[f"full at M={rows}"]
-    print(f"  filled waves: {rows / problem.m:.4f}x the work in {grown / full:.4f}x the time "
-          f"(per row {full / problem.m * rows / grown:.4f}x as fast); cuBLAS "
-          f"{final[f'cuBLAS at M={rows}'] / final[f'cuBLAS at M={problem.m}']:.4f}x the time")
-    print(f"  ratio to cuBLAS: full {final[f'cuBLAS at M={problem.m}'] / full:.3f}x, "
-          f"at M={rows} {final[f'cuBLAS at M={rows}'] / grown:.3f}x")
+    for label, time in ms.items():
+        print(f"  {label}: {time:.4f} ms")
+    full, grown = ms["full"], ms[f"full at M={rows}"]
+    cublas, cublas_grown = ms[f"cuBLAS at M={m}"], ms[f"cuBLAS at M={rows}"]
+    print(f"  epilogue: {100 * (full - ms['no-epilogue']) / full:.1f}% of the kernel's time")
+    if "no-c-stores" in ms:
+        print(f"  of which the stores of C: {100 * (full - ms['no-c-stores']) / full:.1f}%")
+    print(f"  filled waves: {rows / m:.4f}x the work in {grown / full:.4f}x the time "
+          f"(per row {full / m * rows / grown:.4f}x as fast); cuBLAS {cublas_grown / cublas:.4f}x the time")
+    print(f"  ratio to cuBLAS: full {cublas / full:.3f}x, at M={rows} {cublas_grown / grown:.3f}x")
     sys.stdout.flush()
 
 

@@ -61,3 +61,28 @@ def test_without_c_stores_the_persistent_epilogue_keeps_its_work_and_stores_noth
     _compiled(dataclasses.replace(source, code=cut))
     with pytest.raises(SystemExit, match="no C stores to leave out"):
         part_costs.without_c_stores(render(space, space.config(ONE_TILE_A_BLOCK), h200).code)
+
+
+def test_main_times_each_kernel_once_a_round_beside_cublas_at_both_sizes(monkeypatch, capsys):
+    """The script's run without a GPU: each variant compiled once, launched at the problem's size, the kernel
+    as it ships also at the rows that fill the last wave, cuBLAS at both; the report reads those medians."""
+    from autotune.gpu import detect, measure
+    from autotune.records import Timing
+
+    compiled, launched = [], []
+    monkeypatch.setattr(part_costs, "compile_kernel", lambda source, use_cache: compiled.append(source) or source)
+    monkeypatch.setattr(part_costs, "_cublas", lambda problem: (f"cuBLAS at M={problem.m}", None))
+    monkeypatch.setattr(part_costs, "_kernel", lambda space, config, source, gpu, problem, operands:
+                        launched.append((source.code.count("part_costs:"), problem.m)) or f"kernel {problem.m}")
+    monkeypatch.setattr(detect, "attached_gpu", lambda: gpu_spec("h200"))
+    times = {"cuBLAS at M=4096": 1.0, "cuBLAS at M=4224": 1.03, "kernel 4096": 1.0, "kernel 4224": 1.0}
+    monkeypatch.setattr(measure, "time_launches", lambda launch, warmup, repeats: Timing.from_samples([times[launch]]))
+    persistent = [seed for seed in load_space("hgemm_wgmma").seeds if seed["PERSISTENT"] and seed["SMEM_EPILOGUE"]][0]
+    monkeypatch.setattr(sys, "argv", ["part_costs.py", "--shape", "4096", "--config", persistent.name, "--rounds", "2"])
+    part_costs.main()
+    assert len(compiled) == 3  # full, no-epilogue, no-c-stores: each once
+    assert sorted(launched) == [(0, 4096), (0, 4224), (1, 4096), (1, 4096)]
+    out = capsys.readouterr().out
+    assert "filled waves at M = 4224" in out and out.count("  round ") == 2
+    assert "epilogue: 0.0% of the kernel's time" in out and "filled waves: 1.0312x the work in 1.0000x the time" in out
+    assert "ratio to cuBLAS: full 1.000x, at M=4224 1.030x" in out
