@@ -164,15 +164,14 @@ while [ $# -gt 0 ]; do
         ;;
     ladder|energy|ratio|part-costs)
         case $mode in
-        ladder) command=(python3 -m autotune ladder --gpu h200) ;;
-        energy) command=(python3 bench/energy_repeat.py --times 5) ;;
-        ratio) command=(python3 bench/ratio_repeat.py --rounds 10) ;;
-        part-costs) command=(python3 bench/part_costs.py --rounds "${PART_ROUNDS:-5}") ;;
+        ladder) command=(python3 -m autotune ladder --gpu h200 --db "$DB") ;;
+        energy) command=(python3 bench/energy_repeat.py --times 5 --db "$DB") ;;
+        ratio) command=(python3 bench/ratio_repeat.py --rounds 10 --db "$DB") ;;
+        part-costs) command=(python3 bench/part_costs.py --rounds "${PART_ROUNDS:-5}") ;;  # reads no database
         esac
         while [ $# -gt 0 ] && [[ $1 == *:* ]]; do
             IFS=: read -r dtype size config <<< "$1"; shift
-            db=(--db "$DB"); [ "$mode" = part-costs ] && db=()
-            "${command[@]}" --shape "$size" --dtype "$dtype" ${config:+--config "$config"} "${db[@]}" 2>&1 | tee "$OUT/${mode}_${dtype}_$size${config:+_$config}.log" || status=1
+            "${command[@]}" --shape "$size" --dtype "$dtype" ${config:+--config "$config"} 2>&1 | tee "$OUT/${mode}_${dtype}_$size${config:+_$config}.log" || status=1
         done
         ;;
     import)

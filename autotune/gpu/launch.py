@@ -43,9 +43,10 @@ class WorkspacePool:
     Kernels launched on one stream run one after the other, and each leaves its workspace zeroed
     (:mod:`autotune.kernel_abi`), so every kernel launched on a stream shares that stream's buffer; a
     kernel that needs more than it holds gets a larger one (the smaller one is kept: launches still
-    queued, and launches that took its address before, use it). A buffer is device memory of its own (``cudaMalloc``, not CuPy's pool, so no
-    other allocation reuses it while a launch may; freeing it waits for the device), zeroed on its
-    stream in order with the launches; the current stream is left as it is.
+    queued, and launches that took its address before, use it). A buffer is device memory of its own
+    (``cudaMalloc``, not CuPy's pool, so no other allocation reuses it while a launch may; freeing it
+    waits for the device), zeroed on its stream in order with the launches; the current stream is left
+    as it is.
     """
 
     def __init__(self, cupy):
